@@ -1,0 +1,64 @@
+"""ART's client side: trajectories, models, gathering rollouts, the run directory.
+
+Importing it never imports torch, transformers, langchain, mcp or litellm.
+"""
+
+from .backend import Backend, Registration, TrainResult
+from .capture import (
+    capture,
+    current_trajectory,
+    node,
+    record_completion,
+    record_tool_result,
+    sample_from_choice,
+)
+from .config import ModelConfig, SFTConfig, TrainConfig
+from .dataset import DatasetBatch, iterate_dataset
+from .gather import TooManyExceptions, gather_trajectories, gather_trajectory_groups
+from .metrics import group_metrics
+from .model import Model, TrainableModel
+from .openai_capture import CapturingTransport
+from .remote import BackendError, RemoteBackend
+from .retry import retry
+from .rundir import RunDir, atomic_write_bytes, atomic_write_text
+from .trajectory import History, RolloutError, Sample, Trajectory, TrajectoryGroup, assistant_turn, message_sample
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Backend",
+    "BackendError",
+    "CapturingTransport",
+    "DatasetBatch",
+    "History",
+    "Model",
+    "ModelConfig",
+    "Registration",
+    "RemoteBackend",
+    "RolloutError",
+    "RunDir",
+    "SFTConfig",
+    "Sample",
+    "TooManyExceptions",
+    "TrainConfig",
+    "TrainResult",
+    "TrainableModel",
+    "Trajectory",
+    "TrajectoryGroup",
+    "__version__",
+    "assistant_turn",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "capture",
+    "current_trajectory",
+    "gather_trajectories",
+    "gather_trajectory_groups",
+    "group_metrics",
+    "iterate_dataset",
+    "message_sample",
+    "node",
+    "record_completion",
+    "record_tool_result",
+    "retry",
+    "sample_from_choice",
+]

@@ -1,0 +1,172 @@
+"""The capture context: where plugins write "the trajectory of the rollout running now".
+
+A rollout runs inside `capture()`. Each asyncio task sees its own trajectory (context variables are
+copied per task), so concurrent rollouts never mix their turns. Plugins call `record_completion`
+for each chat completion they see, and `record_tool_result` for each tool they run.
+
+A completion whose request extends a history already captured joins that history; any other
+becomes an additional history (a sub-agent, a parallel branch).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+from .trajectory import SAMPLE_KEY, History, Message, Sample, Tool, Trajectory, clean_message
+
+logger = logging.getLogger(__name__)
+
+_current: contextvars.ContextVar[Trajectory | None] = contextvars.ContextVar("art_trajectory", default=None)
+_node: contextvars.ContextVar[str | None] = contextvars.ContextVar("art_node", default=None)
+
+
+def current_trajectory() -> Trajectory | None:
+    """The trajectory of the rollout running in this context, or None outside a rollout."""
+    return _current.get()
+
+
+@contextlib.contextmanager
+def capture(trajectory: Trajectory | None = None) -> Iterator[Trajectory]:
+    """Run a block as one rollout; every captured call lands in the yielded trajectory.
+
+    Example:
+        with capture() as traj:
+            await client.chat.completions.create(...)
+        traj.reward = score(traj)
+    """
+    trajectory = trajectory if trajectory is not None else Trajectory()
+    token = _current.set(trajectory)
+    try:
+        yield trajectory
+    finally:
+        _current.reset(token)
+
+
+def _normal(message: Message) -> str:
+    """A comparable form of a message: role, content and tool calls, nothing else."""
+    m = clean_message(message)
+    content = m.get("content")
+    if isinstance(content, list):  # content parts: keep the text
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    calls = [
+        (c.get("id"), (c.get("function") or {}).get("name"), _args((c.get("function") or {}).get("arguments")))
+        for c in m.get("tool_calls") or []
+    ]
+    return json.dumps([m.get("role"), content or "", calls, m.get("tool_call_id")], sort_keys=True, default=str)
+
+
+def _args(arguments: Any) -> Any:
+    if isinstance(arguments, str):
+        try:
+            return json.loads(arguments)
+        except ValueError:
+            return arguments
+    return arguments
+
+
+def _extends(history: list[Message], request: list[Message]) -> bool:
+    if len(history) > len(request):
+        return False
+    return all(_normal(a) == _normal(b) for a, b in zip(history, request, strict=False))
+
+
+def record_completion(
+    request_messages: list[Message],
+    response: Message,
+    *,
+    tools: list[Tool] | None = None,
+    sample: Sample | None = None,
+    trajectory: Trajectory | None = None,
+) -> History | None:
+    """Add one chat completion (the request's messages and the reply) to the current trajectory.
+
+    `sample` marks the reply as produced by the trainable model. Returns the history it joined,
+    or None when no rollout is being captured.
+    """
+    traj = trajectory if trajectory is not None else _current.get()
+    if traj is None:
+        return None
+    reply = clean_message(response)
+    reply["role"] = "assistant"
+    if sample is not None:
+        if sample.node is None and _node.get() is not None:
+            sample = sample.model_copy(update={"node": _node.get()})
+        reply[SAMPLE_KEY] = sample.model_dump(exclude_none=True)
+    request = [dict(m) for m in request_messages]
+
+    candidates: list[tuple[int, list[Message], History | None]] = [(len(traj.turns), traj.turns, None)]
+    candidates += [(len(h.turns), h.turns, h) for h in traj.additional_histories]
+    best = max(
+        (c for c in candidates if _extends(c[1], request)),
+        key=lambda c: c[0],
+        default=None,
+    )
+    if best is not None and (best[0] > 0 or best[2] is None):
+        turns = best[1]
+        turns.extend(request[len(turns):])
+        turns.append(reply)
+        joined = best[2]
+        if joined is None:
+            if tools:
+                traj.tools = tools
+            return History(messages=traj.turns, tools=traj.tools)
+        if tools:
+            joined.tools = tools
+        return joined
+    history = History(messages=[*request, reply], tools=tools)
+    traj.additional_histories.append(history)
+    return history
+
+
+def record_tool_result(tool_call_id: str, content: str, *, name: str | None = None) -> None:
+    """Append a tool message to the history whose last assistant turn made that call."""
+    traj = _current.get()
+    if traj is None:
+        return
+    message: Message = {"role": "tool", "tool_call_id": tool_call_id, "content": content}
+    if name is not None:
+        message["name"] = name
+    for turns in [traj.turns, *(h.turns for h in traj.additional_histories)]:
+        for m in reversed(turns):
+            if m.get("role") == "assistant":
+                if any(c.get("id") == tool_call_id for c in m.get("tool_calls") or []):
+                    turns.append(message)
+                    return
+                break
+    traj.turns.append(message)
+
+
+@contextlib.contextmanager
+def node(name: str | None) -> Iterator[None]:
+    """Tag every turn captured in the block with a graph node name."""
+    token = _node.set(name)
+    try:
+        yield
+    finally:
+        _node.reset(token)
+
+
+def sample_from_choice(choice: dict[str, Any], *, model: str | None = None) -> Sample | None:
+    """Read the sampled token ids and logprobs out of a chat completion choice (a dict).
+
+    Token ids come from ``choice["token_ids"]`` (vLLM's ``return_token_ids`` and ART's server), or
+    from logprob tokens written as ``token_id:N`` (``return_tokens_as_token_ids``), which survive
+    clients that drop unknown fields. Returns None when the choice carries neither.
+    """
+    content = ((choice.get("logprobs") or {}).get("content")) or []
+    logprobs = [float(c["logprob"]) for c in content] or None
+    token_ids = choice.get("token_ids")
+    if token_ids is None and content and all(str(c.get("token", "")).startswith("token_id:") for c in content):
+        token_ids = [int(str(c["token"]).split(":", 1)[1]) for c in content]
+    if token_ids is None:
+        return None
+    if logprobs is not None and len(logprobs) != len(token_ids):
+        logger.warning("choice has %d token ids but %d logprobs; dropping logprobs", len(token_ids), len(logprobs))
+        logprobs = None
+    step = choice.get("art_step")
+    return Sample(token_ids=list(token_ids), logprobs=logprobs, step=step, model=model)

@@ -1,0 +1,96 @@
+"""Configuration that crosses the wire: how to train a step, and how to set up a trainable model."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+LossName = Literal["grpo", "dr_grpo", "dapo", "gspo", "cispo"]
+
+
+class TrainConfig(BaseModel):
+    """How one `TrainableModel.train` call turns trajectory groups into a new checkpoint."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    learning_rate: float = Field(1e-5, gt=0, description="AdamW learning rate.")
+    loss: LossName = Field(
+        "grpo",
+        description=(
+            "Policy loss: 'grpo' (PPO-style clipped ratio, per-sequence mean), 'dr_grpo' (no length or "
+            "std normalisation), 'dapo' (token-level mean over the batch), 'gspo' (sequence-level "
+            "importance ratio), 'cispo' (clipped importance weights, gradient through logprobs)."
+        ),
+    )
+    epsilon: float = Field(0.2, ge=0, description="Lower clip range of the importance ratio (1 - epsilon).")
+    epsilon_high: float | None = Field(
+        None, ge=0, description="Upper clip range (1 + epsilon_high); defaults to `epsilon`."
+    )
+    beta: float = Field(0.0, ge=0, description="Weight of the k3 KL penalty to the base model (adapter off).")
+    importance_sampling_level: Literal["token", "sequence"] = Field(
+        "token", description="Ratio per token, or one geometric-mean ratio per sequence (GSPO)."
+    )
+    truncated_importance_sampling: float | None = Field(
+        None,
+        gt=0,
+        description=(
+            "Cap C for truncated importance sampling against the sampler's logprobs: each token's "
+            "loss is weighted by min(exp(logp_trainer_old - logp_sampler), C). None turns it off."
+        ),
+    )
+    scale_rewards: bool = Field(True, description="Divide each group's advantages by the group's std.")
+    num_epochs: int = Field(1, ge=1, description="Passes over the step's trajectories (gradient steps = epochs x batches).")
+    batch_size: int | None = Field(
+        None, ge=1, description="Trajectories per optimizer step; None puts the whole step in one optimizer step."
+    )
+    max_grad_norm: float | None = Field(1.0, gt=0, description="Gradient clipping norm; None disables it.")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
+    max_seq_len: int | None = Field(None, ge=16, description="Longest sequence trained; None uses the model's config.")
+    overlong: Literal["truncate", "drop"] = Field("truncate", description="What to do with longer sequences.")
+    trajectory_weight: Literal["equal", "tokens"] = Field(
+        "equal", description="Each trajectory weighs the same in the loss, or in proportion to its trained tokens."
+    )
+    pack_tokens: int | None = Field(
+        None, ge=16, description="Tokens per packed row; None picks from max_seq_len."
+    )
+
+
+class SFTConfig(BaseModel):
+    """Supervised fine-tuning on assistant turns (distillation, warm-up before RL)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    learning_rate: float = Field(5e-5, gt=0, description="AdamW learning rate.")
+    num_epochs: int = Field(1, ge=1, description="Passes over the data.")
+    batch_size: int = Field(8, ge=1, description="Sequences per optimizer step.")
+    max_grad_norm: float | None = Field(1.0, gt=0, description="Gradient clipping norm; None disables it.")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    max_seq_len: int | None = Field(None, ge=16, description="Longest sequence trained.")
+    overlong: Literal["truncate", "drop"] = Field("truncate", description="What to do with longer sequences.")
+
+
+class ModelConfig(BaseModel):
+    """How the backend sets up a trainable model: the LoRA, the engine, numerics."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    lora_rank: int = Field(8, ge=1, description="LoRA rank r.")
+    lora_alpha: int = Field(16, ge=1, description="LoRA alpha (scale = alpha / r).")
+    lora_dropout: float = Field(0.0, ge=0, lt=1, description="LoRA dropout.")
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        description="Module names the LoRA wraps.",
+    )
+    gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Weights' dtype: 'auto' is bfloat16 on GPU, float32 on CPU."
+    )
+    max_seq_len: int = Field(4096, ge=16, description="Longest sequence served or trained.")
+    engine: Literal["transformers", "vllm"] = Field("transformers", description="Inference engine.")
+    chat_template: str | None = Field(
+        None, description="A Jinja chat template (text, or a name from TRL's chat_templates) to use instead of the tokenizer's."
+    )
+    tool_parser: str = Field("hermes", description="How tool calls are parsed from the model's text.")
+    seed: int = Field(0, description="Seed for the LoRA's initialisation.")

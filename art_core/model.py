@@ -1,0 +1,158 @@
+"""`Model` (a prompted model, for comparison runs) and `TrainableModel` (a LoRA the backend trains)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import httpx
+import openai
+from pydantic import BaseModel, Field, PrivateAttr
+
+from .backend import Backend, Registration, TrainResult
+from .config import ModelConfig, SFTConfig, TrainConfig
+from .openai_capture import CapturingTransport
+from .rundir import check_name
+from .trajectory import Message, Trajectory, TrajectoryGroup
+
+
+class Model(BaseModel):
+    """A model reached through an OpenAI-compatible endpoint.
+
+    Example:
+        judge = Model(name="gpt", project="email", inference_model_name="gpt-4.1-mini",
+                      inference_base_url="https://api.openai.com/v1", inference_api_key=key)
+        client = judge.openai_client()
+    """
+
+    name: str
+    project: str = "default"
+    base_model: str | None = None
+    trainable: bool = False
+    inference_base_url: str | None = None
+    inference_api_key: str | None = None
+    inference_model_name: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    _backend: Backend | None = PrivateAttr(default=None)
+
+    def model_post_init(self, __context: Any) -> None:
+        check_name("model name", self.name)
+        check_name("project", self.project)
+
+    async def register(self, backend: Backend) -> None:
+        """Attach the model to a backend, which sets up serving (and for a trainable model, the LoRA)."""
+        self._backend = backend
+        reg: Registration = await backend.register(self)
+        self.inference_base_url = reg.base_url
+        self.inference_api_key = reg.api_key
+        self.inference_model_name = reg.served_name
+
+    def served_name(self, step: int | None = None) -> str:
+        name = self.inference_model_name or self.name
+        return f"{name}@{step}" if step is not None else name
+
+    def _endpoint(self) -> tuple[str, str]:
+        if not self.inference_base_url:
+            raise RuntimeError(
+                f"model {self.name!r} has no inference endpoint: call `await model.register(backend)` "
+                "first, or set inference_base_url"
+            )
+        return self.inference_base_url, self.inference_api_key or "art"
+
+    def openai_client(self, *, timeout: float = 600.0, capture: bool = True, **kwargs: Any) -> openai.AsyncOpenAI:
+        """An `openai.AsyncOpenAI` bound to this model's endpoint.
+
+        Inside a rollout (`art_core.capture` or a plugin's decorator) every chat completion made
+        with it is recorded in the current trajectory; a trainable model's turns keep their
+        sampled token ids and logprobs.
+        """
+        base_url, api_key = self._endpoint()
+        http_client = None
+        if capture:
+            http_client = httpx.AsyncClient(
+                transport=CapturingTransport(trainable=self.trainable), timeout=timeout
+            )
+        return openai.AsyncOpenAI(base_url=base_url, api_key=api_key, http_client=http_client, timeout=timeout, **kwargs)
+
+    def litellm_params(self) -> dict[str, Any]:
+        """Keyword arguments for `litellm.completion` / `acompletion` that reach this model."""
+        base_url, api_key = self._endpoint()
+        return {"model": f"openai/{self.served_name()}", "api_base": base_url, "api_key": api_key}
+
+    def backend(self) -> Backend:
+        if self._backend is None:
+            raise RuntimeError(f"model {self.name!r} is not registered: call `await model.register(backend)` first")
+        return self._backend
+
+    async def log(
+        self,
+        groups: Iterable[TrajectoryGroup] | Iterable[Trajectory],
+        *,
+        split: str = "val",
+        step: int | None = None,
+    ) -> dict[str, Any]:
+        """Write trajectories and their metrics to the run directory (e.g. a validation pass)."""
+        return await self.backend().log(self, _as_groups(groups), split, step)
+
+
+class TrainableModel(Model):
+    """A LoRA on `base_model` that the backend trains with GRPO (or SFT) and serves.
+
+    Example:
+        model = TrainableModel(name="agent-001", project="email", base_model="smollm2-135m")
+        await model.register(LocalBackend())
+        result = await model.train(groups, config=TrainConfig(learning_rate=1e-5))
+    """
+
+    base_model: str
+    trainable: bool = True
+    config: ModelConfig = Field(default_factory=ModelConfig)
+
+    async def get_step(self) -> int:
+        """The newest checkpoint's step (0 before any training)."""
+        return await self.backend().get_step(self)
+
+    async def train(
+        self,
+        groups: Iterable[TrajectoryGroup],
+        config: TrainConfig | None = None,
+        *,
+        verbose: bool = True,
+    ) -> TrainResult:
+        """One training step with GRPO on `groups`; returns the new step and its metrics."""
+        groups = list(groups)
+        for i, g in enumerate(groups):
+            if not isinstance(g, TrajectoryGroup):
+                raise TypeError(f"train() item {i} is a {type(g).__name__}; pass TrajectoryGroup objects")
+            if g.pending:
+                raise ValueError(f"group {i} still has {g.pending} unfinished rollouts; gather it first")
+        return await self.backend().train(self, groups, config or TrainConfig(), verbose=verbose)
+
+    async def train_sft(
+        self,
+        data: Iterable[Trajectory] | Iterable[list[Message]],
+        config: SFTConfig | None = None,
+        *,
+        verbose: bool = True,
+    ) -> TrainResult:
+        """Supervised fine-tuning on the assistant turns of trajectories or plain message lists."""
+        trajectories = [d if isinstance(d, Trajectory) else Trajectory(messages=list(d)) for d in data]
+        return await self.backend().train_sft(self, trajectories, config or SFTConfig(), verbose=verbose)
+
+    async def list_checkpoints(self) -> list[int]:
+        return await self.backend().list_checkpoints(self)
+
+    async def delete_checkpoints(self, steps: list[int] | None = None) -> list[int]:
+        """Delete the given checkpoints, or all but the newest when `steps` is None; returns those deleted."""
+        return await self.backend().delete_checkpoints(self, steps)
+
+
+def _as_groups(items: Iterable[Any]) -> list[TrajectoryGroup]:
+    items = list(items)
+    if all(isinstance(i, Trajectory) for i in items):
+        return [TrajectoryGroup(items)] if items else []
+    for i, g in enumerate(items):
+        if not isinstance(g, TrajectoryGroup):
+            raise TypeError(f"item {i} is a {type(g).__name__}; pass trajectories or TrajectoryGroup objects")
+    return items

@@ -1,0 +1,2 @@
+def main() -> None:
+    print("art 0.1.0")

