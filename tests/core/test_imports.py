@@ -1,0 +1,26 @@
+import subprocess
+import sys
+
+import art_core
+
+
+def test_art_core_imports_no_heavy_dependency():
+    code = (
+        "import art_core, sys; "
+        "heavy = [m for m in ('torch', 'transformers', 'langchain_core', 'langgraph', 'mcp', 'litellm') if m in sys.modules]; "
+        "assert not heavy, heavy"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_art_core_public_surface_is_pinned():
+    assert sorted(art_core.__all__) == sorted([
+        "Backend", "BackendError", "CapturingTransport", "DatasetBatch", "History", "Model", "ModelConfig",
+        "Registration", "RemoteBackend", "RolloutError", "RunDir", "SFTConfig", "Sample", "TooManyExceptions",
+        "TrainConfig", "TrainResult", "TrainableModel", "Trajectory", "TrajectoryGroup", "__version__",
+        "assistant_turn", "atomic_write_bytes", "atomic_write_text", "capture", "current_trajectory",
+        "gather_trajectories", "gather_trajectory_groups", "group_metrics", "iterate_dataset", "message_sample",
+        "node", "record_completion", "record_tool_result", "retry", "sample_from_choice",
+    ])
+    for name in art_core.__all__:
+        assert hasattr(art_core, name), name
