@@ -1,0 +1,236 @@
+"""The LangChain callback handler that turns chat model calls into trajectory turns.
+
+`on_chat_model_start` keeps the request (messages, tools, node) by run id; `on_llm_end` converts the
+reply and hands both to `art_core.record_completion`, which joins the history the request extends
+or starts an additional one. Tool results are held until the rollout ends and added only where no
+later request already carried them, so parallel tools finishing out of order never split a history.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import re
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.messages import BaseMessage, ToolMessage, convert_to_openai_messages
+from langchain_core.outputs import LLMResult
+
+from art_core import Sample, Trajectory, current_trajectory, record_completion, record_tool_result, sample_from_choice
+
+logger = logging.getLogger(__name__)
+
+TRAINABLE_KEY = "art_trainable"  # chat model metadata set by `chat_model()`
+MODEL_KEY = "art_model"
+
+# The handler of the rollout running in this context; the configure hook attaches it to every run.
+active_handler: contextvars.ContextVar[CaptureHandler | None] = contextvars.ContextVar("art_graph_handler", default=None)
+
+
+@dataclass
+class _Call:
+    request: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+    node: str | None
+    trainable: bool
+    model: str | None
+    trajectory: Trajectory
+
+
+@dataclass
+class CaptureStats:
+    """Counts behind the capture report of one trajectory."""
+
+    calls: int = 0
+    failed_calls: int = 0
+    trainable_turns: int = 0
+    context_turns: int = 0
+    turns_without_token_ids: int = 0
+    tool_results: int = 0
+    node_calls: Counter[str] = field(default_factory=Counter)
+    node_trainable: Counter[str] = field(default_factory=Counter)
+    node_tokens: Counter[str] = field(default_factory=Counter)
+    node_tool_calls: Counter[str] = field(default_factory=Counter)
+
+
+def to_openai(messages: list[BaseMessage]) -> list[dict[str, Any]]:
+    return [_drop_none(m) for m in convert_to_openai_messages(messages)]
+
+
+def _drop_none(message: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in message.items() if v is not None or k == "content"}
+
+
+def _step_from_model_name(name: Any) -> int | None:
+    match = re.fullmatch(r".+@(\d+)", str(name or ""))
+    return int(match.group(1)) if match else None
+
+
+class CaptureHandler(BaseCallbackHandler):
+    """Records every chat model call of a LangChain / LangGraph run into a trajectory.
+
+    `art_graph.rollout` attaches one automatically. Pass one yourself in ``config["callbacks"]``
+    to capture a run outside the decorator: it writes to ``trajectory`` if given, else to the
+    trajectory of the surrounding `art_core.capture()` block.
+
+    Example:
+        with art_core.capture() as traj:
+            graph.invoke(state, config={"callbacks": [CaptureHandler()]})
+    """
+
+    run_inline = True  # cheap and thread-safe: no executor hop per event
+    raise_error = False  # capture must never break the user's graph
+
+    def __init__(self, trajectory: Trajectory | None = None, *, trainable_nodes: set[str] | None = None) -> None:
+        self.trajectory = trajectory
+        self.trainable_nodes = set(trainable_nodes) if trainable_nodes is not None else None
+        self.stats = CaptureStats()
+        self._calls: dict[UUID, _Call] = {}
+        self._tool_results: list[tuple[Trajectory, dict[str, Any]]] = []
+        self._lock = threading.Lock()
+        self._warned_no_ids = False
+
+    def _target(self) -> Trajectory | None:
+        if self.trajectory is not None:
+            return self.trajectory
+        active = active_handler.get()
+        if active is not None and active is not self:
+            return None  # inside a rollout its own handler records; don't count the call twice
+        return current_trajectory()
+
+    def on_chat_model_start(
+        self,
+        serialized: dict[str, Any],
+        messages: list[list[BaseMessage]],
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        trajectory = self._target()
+        if trajectory is None or not messages:
+            return
+        metadata = metadata or {}
+        params = kwargs.get("invocation_params") or {}
+        node = metadata.get("langgraph_node")
+        trainable = bool(metadata.get(TRAINABLE_KEY))
+        if trainable and self.trainable_nodes is not None and node not in self.trainable_nodes:
+            trainable = False
+        model = metadata.get(MODEL_KEY) or params.get("model") or params.get("model_name")
+        call = _Call(to_openai(messages[0]), params.get("tools"), node, trainable, model, trajectory)
+        with self._lock:
+            self._calls[run_id] = call
+
+    def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
+        with self._lock:
+            call = self._calls.pop(run_id, None)
+        if call is None or not response.generations or not response.generations[0]:
+            return
+        generation = response.generations[0][0]
+        message = getattr(generation, "message", None)
+        if message is None:
+            return
+        reply = to_openai([message])[0]
+        sample = self._sample(call, generation.generation_info or {}, response.llm_output or {})
+        with self._lock:
+            record_completion(call.request, reply, tools=call.tools, sample=sample, trajectory=call.trajectory)
+            self._count(call, reply, sample)
+
+    def _sample(self, call: _Call, info: dict[str, Any], llm_output: dict[str, Any]) -> Sample | None:
+        if not call.trainable:
+            return None
+        sample = sample_from_choice({"logprobs": info.get("logprobs")}, model=call.model)
+        if sample is None:
+            if not self._warned_no_ids:
+                self._warned_no_ids = True
+                logger.warning(
+                    "a trainable model's reply (node %r) came back without token ids; it is kept as context. "
+                    "Build the model with art_graph.chat_model(model) so logprobs and token ids are requested",
+                    call.node,
+                )
+            return None
+        step = _step_from_model_name(llm_output.get("model_name"))
+        return sample.model_copy(update={"node": call.node, "step": step})
+
+    def _count(self, call: _Call, reply: dict[str, Any], sample: Sample | None) -> None:
+        s = self.stats
+        s.calls += 1
+        node = call.node or "-"
+        s.node_calls[node] += 1
+        s.node_tool_calls[node] += len(reply.get("tool_calls") or [])
+        if sample is not None:
+            s.trainable_turns += 1
+            s.node_trainable[node] += 1
+            s.node_tokens[node] += len(sample.token_ids)
+        else:
+            s.context_turns += 1
+            if call.trainable:
+                s.turns_without_token_ids += 1
+
+    def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        with self._lock:
+            if self._calls.pop(run_id, None) is not None:
+                self.stats.failed_calls += 1
+
+    def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        if not isinstance(output, ToolMessage):
+            return
+        trajectory = self._target()
+        if trajectory is None:
+            return
+        with self._lock:
+            self._tool_results.append((trajectory, to_openai([output])[0]))
+            self.stats.tool_results += 1
+
+    def flush(self) -> None:
+        """Add tool results that no later request carried (say, the run ended on a tool)."""
+        with self._lock:
+            pending, self._tool_results = self._tool_results, []
+            for trajectory, message in pending:
+                seen = {
+                    m.get("tool_call_id")
+                    for h in trajectory.histories()
+                    for m in h.turns
+                    if m.get("role") == "tool"
+                }
+                if message.get("tool_call_id") not in seen:
+                    content = message.get("content")
+                    record_tool_result(
+                        message["tool_call_id"],
+                        content if isinstance(content, str) else str(content),
+                        name=message.get("name"),
+                        trajectory=trajectory,
+                    )
+
+    def report(self) -> dict[str, Any]:
+        """The short capture report stored in ``trajectory.metadata["capture"]``."""
+        s = self.stats
+        histories = self.trajectory.histories() if self.trajectory is not None else []
+        return {
+            "calls": s.calls,
+            "histories": sum(1 for h in histories if h.turns),
+            "trainable_turns": s.trainable_turns,
+            "context_turns": s.context_turns,
+            "turns_without_token_ids": s.turns_without_token_ids,
+            "failed_calls": s.failed_calls,
+            "tool_results": s.tool_results,
+            "nodes": dict(s.node_calls),
+        }
+
+    def node_metrics(self) -> dict[str, int]:
+        """Per-node metrics: calls, trainable turns, sampled tokens and tool calls."""
+        s = self.stats
+        out: dict[str, int] = {}
+        for node, calls in s.node_calls.items():
+            out[f"node/{node}/calls"] = calls
+            out[f"node/{node}/trainable_turns"] = s.node_trainable[node]
+            out[f"node/{node}/completion_tokens"] = s.node_tokens[node]
+            out[f"node/{node}/tool_calls"] = s.node_tool_calls[node]
+        return out

@@ -1,0 +1,69 @@
+"""Per-node credit: train each graph node on its own reward.
+
+A group of rollouts with per-node rewards becomes one group per node. In each, only that node's
+turns keep their samples (the rest is context) and every trajectory's reward is the node's reward,
+so GRPO compares the node's work across the rollouts of a task on the node's own score.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from art_core import Trajectory, TrajectoryGroup
+from art_core.trajectory import SAMPLE_KEY, History
+
+__all__ = ["keep_nodes", "node_groups"]
+
+
+def keep_nodes(trajectory: Trajectory, nodes: Iterable[str]) -> Trajectory:
+    """A copy of ``trajectory`` whose turns from other nodes are context (their samples dropped)."""
+    keep = set(nodes)
+    copy = trajectory.model_copy(deep=True)
+    for history in [copy, *copy.additional_histories]:
+        history.turns = [_keep(m, keep) for m in history.turns]
+    return copy
+
+
+def _keep(message: dict, keep: set[str]) -> dict:
+    sample = message.get(SAMPLE_KEY)
+    if sample is None or sample.get("node") in keep:
+        return message
+    return {k: v for k, v in message.items() if k != SAMPLE_KEY}
+
+
+def _nodes_with_samples(trajectory: Trajectory) -> set[str]:
+    histories: list[History] = [trajectory, *trajectory.additional_histories]
+    return {s.node for h in histories for _, s in h.samples() if s.node is not None}
+
+
+def node_groups(groups: Iterable[TrajectoryGroup], nodes: Iterable[str] | None = None) -> list[TrajectoryGroup]:
+    """Split groups into one group per node, each rewarded with ``metadata["node_rewards"][node]``.
+
+    ``nodes`` defaults to every node that has per-node rewards in the group. A trajectory without a
+    reward for a node keeps its overall reward. Groups in which the node made no trainable turn are
+    left out.
+
+    Example:
+        groups = await art.gather_trajectory_groups(...)
+        await model.train(art_graph.node_groups(groups))
+    """
+    out: list[TrajectoryGroup] = []
+    for group in groups:
+        if group.pending:
+            raise ValueError(f"a group still has {group.pending} unfinished rollouts; gather it before node_groups()")
+        wanted = (
+            list(nodes)
+            if nodes is not None
+            else sorted({n for t in group.trajectories for n in t.metadata.get("node_rewards", {})})
+        )
+        for node in wanted:
+            if not any(node in _nodes_with_samples(t) for t in group.trajectories):
+                continue
+            trajectories = []
+            for t in group.trajectories:
+                copy = keep_nodes(t, {node})
+                copy.reward = t.metadata.get("node_rewards", {}).get(node, t.reward)
+                trajectories.append(copy)
+            metadata = {**group.metadata, "node": node}
+            out.append(TrajectoryGroup(trajectories, metadata=metadata, exceptions=list(group.exceptions)))
+    return out
