@@ -123,9 +123,11 @@ def record_completion(
     return history
 
 
-def record_tool_result(tool_call_id: str, content: str, *, name: str | None = None) -> None:
+def record_tool_result(
+    tool_call_id: str, content: str, *, name: str | None = None, trajectory: Trajectory | None = None
+) -> None:
     """Append a tool message to the history whose last assistant turn made that call."""
-    traj = _current.get()
+    traj = trajectory if trajectory is not None else _current.get()
     if traj is None:
         return
     message: Message = {"role": "tool", "tool_call_id": tool_call_id, "content": content}
