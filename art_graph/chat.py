@@ -30,7 +30,11 @@ def chat_model(model: Model, **kwargs: Any) -> ChatOpenAI:
             f"model {model.name!r} has no inference endpoint: call `await model.register(backend)` first, "
             "or set inference_base_url"
         )
-    metadata = {**(kwargs.pop("metadata", None) or {}), TRAINABLE_KEY: model.trainable, MODEL_KEY: model.served_name()}
+    metadata = {
+        **(kwargs.pop("metadata", None) or {}),
+        TRAINABLE_KEY: model.trainable,
+        MODEL_KEY: model.served_name(),
+    }
     if model.trainable:
         kwargs["logprobs"] = True
         kwargs["extra_body"] = {**(kwargs.get("extra_body") or {}), "return_tokens_as_token_ids": True}

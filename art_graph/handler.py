@@ -21,7 +21,14 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import BaseMessage, ToolMessage, convert_to_openai_messages
 from langchain_core.outputs import LLMResult
 
-from art_core import Sample, Trajectory, current_trajectory, record_completion, record_tool_result, sample_from_choice
+from art_core import (
+    Sample,
+    Trajectory,
+    current_trajectory,
+    record_completion,
+    record_tool_result,
+    sample_from_choice,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +36,9 @@ TRAINABLE_KEY = "art_trainable"  # chat model metadata set by `chat_model()`
 MODEL_KEY = "art_model"
 
 # The handler of the rollout running in this context; the configure hook attaches it to every run.
-active_handler: contextvars.ContextVar[CaptureHandler | None] = contextvars.ContextVar("art_graph_handler", default=None)
+active_handler: contextvars.ContextVar[CaptureHandler | None] = contextvars.ContextVar(
+    "art_graph_handler", default=None
+)
 
 
 @dataclass
@@ -86,7 +95,9 @@ class CaptureHandler(BaseCallbackHandler):
     run_inline = True  # cheap and thread-safe: no executor hop per event
     raise_error = False  # capture must never break the user's graph
 
-    def __init__(self, trajectory: Trajectory | None = None, *, trainable_nodes: set[str] | None = None) -> None:
+    def __init__(
+        self, trajectory: Trajectory | None = None, *, trainable_nodes: set[str] | None = None
+    ) -> None:
         self.trajectory = trajectory
         self.trainable_nodes = set(trainable_nodes) if trainable_nodes is not None else None
         self.stats = CaptureStats()
@@ -140,7 +151,9 @@ class CaptureHandler(BaseCallbackHandler):
         reply = to_openai([message])[0]
         sample = self._sample(call, generation.generation_info or {}, response.llm_output or {})
         with self._lock:
-            record_completion(call.request, reply, tools=call.tools, sample=sample, trajectory=call.trajectory)
+            record_completion(
+                call.request, reply, tools=call.tools, sample=sample, trajectory=call.trajectory
+            )
             self._count(call, reply, sample)
 
     def _sample(self, call: _Call, info: dict[str, Any], llm_output: dict[str, Any]) -> Sample | None:

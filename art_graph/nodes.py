@@ -36,7 +36,9 @@ def _nodes_with_samples(trajectory: Trajectory) -> set[str]:
     return {s.node for h in histories for _, s in h.samples() if s.node is not None}
 
 
-def node_groups(groups: Iterable[TrajectoryGroup], nodes: Iterable[str] | None = None) -> list[TrajectoryGroup]:
+def node_groups(
+    groups: Iterable[TrajectoryGroup], nodes: Iterable[str] | None = None
+) -> list[TrajectoryGroup]:
     """Split groups into one group per node, each rewarded with ``metadata["node_rewards"][node]``.
 
     ``nodes`` defaults to every node that has per-node rewards in the group. A trajectory without a
@@ -50,7 +52,9 @@ def node_groups(groups: Iterable[TrajectoryGroup], nodes: Iterable[str] | None =
     out: list[TrajectoryGroup] = []
     for group in groups:
         if group.pending:
-            raise ValueError(f"a group still has {group.pending} unfinished rollouts; gather it before node_groups()")
+            raise ValueError(
+                f"a group still has {group.pending} unfinished rollouts; gather it before node_groups()"
+            )
         wanted = (
             list(nodes)
             if nodes is not None

@@ -56,7 +56,9 @@ def capturing(
     """
     _ensure_hook()
     traj = trajectory if trajectory is not None else Trajectory()
-    handler = CaptureHandler(traj, trainable_nodes=set(trainable_nodes) if trainable_nodes is not None else None)
+    handler = CaptureHandler(
+        traj, trainable_nodes=set(trainable_nodes) if trainable_nodes is not None else None
+    )
     token = active_handler.set(handler)
     try:
         with art_core.capture(traj):
@@ -160,8 +162,10 @@ def _call_reward(
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return reward_fn(**available)
     missing = [
-        n for n, p in params.items()
-        if n not in available and p.default is inspect.Parameter.empty
+        n
+        for n, p in params.items()
+        if n not in available
+        and p.default is inspect.Parameter.empty
         and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
     ]
     if missing:

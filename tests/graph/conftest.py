@@ -9,7 +9,9 @@ warnings.filterwarnings("ignore", message=".*create_react_agent.*")
 
 
 def trainable(url: str, name: str = "agent") -> art.TrainableModel:
-    return art.TrainableModel(name=name, project="t", base_model="x", inference_base_url=url, inference_api_key="k")
+    return art.TrainableModel(
+        name=name, project="t", base_model="x", inference_base_url=url, inference_api_key="k"
+    )
 
 
 def hosted(url: str, name: str = "planner") -> art.Model:
