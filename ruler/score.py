@@ -1,0 +1,345 @@
+"""`score` and `score_group`: one judge call rates a whole group of trajectories against each other."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from art_core import Model, Trajectory, TrajectoryGroup
+
+from .cache import CacheLocation, JudgeCache, cache_key
+from .judge import Judge, JudgeError, TrajectoryScore, Usage
+from .prompt import DEFAULT_RUBRIC, Item, Message, Tool, build_prompt
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_JUDGE = "openai/gpt-4.1-mini"
+
+
+@dataclass(frozen=True)
+class Score:
+    """One trajectory's score (0 to 1, relative to its group) and the judge's reason."""
+
+    score: float
+    explanation: str
+
+
+@dataclass
+class RulerStats:
+    """Counts over every `score_group` call that used this object (`ruler.stats` by default)."""
+
+    groups_scored: int = 0
+    groups_dropped: int = 0
+    judge_calls: int = 0
+    cache_hits: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    drop_reasons: Counter[str] = field(default_factory=Counter)
+
+
+stats = RulerStats()
+_default_stats = stats
+
+
+@dataclass
+class Outcome:
+    scores: list[Score]  # one per input item
+    usage: Usage
+    cache_hits: int = 0
+    rank_agreement: float | None = None
+
+
+def make_judge(
+    judge: str | Model | Judge | None,
+    litellm_params: dict[str, Any] | None,
+    *,
+    structured: bool | None,
+    timeout: float,
+    max_attempts: int,
+    retry_delay: float,
+) -> Judge:
+    if isinstance(judge, Judge):
+        return judge
+    params = dict(litellm_params or {})
+    if isinstance(judge, Model):
+        served = judge.litellm_params()
+        name = served.pop("model")
+        params = {**served, **params}
+    else:
+        name = judge if judge is not None else os.environ.get("RULER_JUDGE", DEFAULT_JUDGE)
+    return Judge(
+        name,
+        params,
+        structured=structured,
+        timeout=timeout,
+        max_attempts=max_attempts,
+        retry_delay=retry_delay,
+    )
+
+
+def kendall_tau(a: list[float], b: list[float]) -> float | None:
+    """Kendall's tau-b between two score lists; None when either is constant (no ranking)."""
+    concordant = discordant = ties_a = ties_b = 0
+    for i in range(len(a)):
+        for j in range(i + 1, len(a)):
+            da, db = a[i] - a[j], b[i] - b[j]
+            if da == 0 and db == 0:
+                continue
+            if da == 0:
+                ties_a += 1
+            elif db == 0:
+                ties_b += 1
+            elif (da > 0) == (db > 0):
+                concordant += 1
+            else:
+                discordant += 1
+    denom = math.sqrt((concordant + discordant + ties_a) * (concordant + discordant + ties_b))
+    return (concordant - discordant) / denom if denom else None
+
+
+async def _one_pass(
+    judge: Judge,
+    items: list[Item],
+    rubric: str,
+    max_tool_output_chars: int,
+    order: list[int] | None,
+    cache: JudgeCache | None,
+    usage: Usage,
+) -> tuple[list[TrajectoryScore], bool, list[str]]:
+    """Scores per item, whether the cache answered, and each item's id in this prompt."""
+    prompt = build_prompt(items, rubric, max_tool_output_chars=max_tool_output_chars, order=order)
+    key = cache_key(judge.cache_identity, prompt.messages, judge.use_structured()) if cache else ""
+    hit = cache.get(key) if cache else None
+    if hit is not None:
+        by_id = {i: TrajectoryScore.model_validate(s) for i, s in hit["scores"].items()}
+    else:
+        by_id = await judge.score(prompt.messages, prompt.ids, usage)
+        if cache:
+            cache.put(key, {"judge": judge.model, "scores": {i: s.model_dump() for i, s in by_id.items()}})
+    return [by_id[i] for i in prompt.item_ids], hit is not None, prompt.item_ids
+
+
+async def judge_items(
+    items: list[Item],
+    judge: Judge,
+    *,
+    rubric: str = DEFAULT_RUBRIC,
+    cache: CacheLocation | None = None,
+    noise_check: bool = False,
+    max_tool_output_chars: int = 2000,
+    usage: Usage | None = None,
+    seed: int | None = None,
+) -> Outcome:
+    """Score `items` in one judge call (two with `noise_check`); usage accumulates into `usage`."""
+    usage = usage if usage is not None else Usage()
+    store = JudgeCache(cache) if cache is not None else None
+    first, hit1, ids = await _one_pass(judge, items, rubric, max_tool_output_chars, None, store, usage)
+    outcome = Outcome([Score(s.score, s.explanation) for s in first], usage, cache_hits=int(hit1))
+    k = len(set(ids))
+    if not noise_check or k < 2:
+        return outcome
+
+    order = list(range(k))
+    rng = random.Random(seed if seed is not None else k)
+    while order == sorted(order):
+        rng.shuffle(order)
+    second, hit2, _ = await _one_pass(judge, items, rubric, max_tool_output_chars, order, store, usage)
+    outcome.cache_hits += int(hit2)
+    # agreement over distinct trajectories only: duplicates would count the same pair twice
+    seen: dict[str, tuple[float, float]] = {}
+    for i, a, b in zip(ids, first, second, strict=True):
+        seen.setdefault(i, (a.score, b.score))
+    pairs = list(seen.values())
+    outcome.rank_agreement = kendall_tau([p[0] for p in pairs], [p[1] for p in pairs])
+    outcome.scores = [
+        Score(
+            (a.score + b.score) / 2,
+            f"pass 1 ({a.score:.2f}): {a.explanation} | pass 2 ({b.score:.2f}): {b.explanation}",
+        )
+        for a, b in zip(first, second, strict=True)
+    ]
+    return outcome
+
+
+def _items_from_lists(
+    message_lists: list[list[Message]], tools: list[Tool] | list[list[Tool] | None] | None
+) -> list[Item]:
+    if isinstance(message_lists, TrajectoryGroup) or any(isinstance(m, Trajectory) for m in message_lists):
+        raise TypeError("score() takes message lists; use score_group() for a TrajectoryGroup")
+    if tools and isinstance(tools[0], list):
+        if len(tools) != len(message_lists):
+            raise ValueError(
+                f"got {len(tools)} tool lists for {len(message_lists)} message lists; pass one each, or one shared list"
+            )
+        per = tools
+    else:
+        per = [tools] * len(message_lists)
+    return [Item(list(ms), t or None) for ms, t in zip(message_lists, per, strict=True)]
+
+
+async def score(
+    message_lists: list[list[Message]],
+    judge: str | Model | Judge | None = None,
+    *,
+    tools: list[Tool] | list[list[Tool] | None] | None = None,
+    rubric: str = DEFAULT_RUBRIC,
+    litellm_params: dict[str, Any] | None = None,
+    structured: bool | None = None,
+    cache: CacheLocation | None = None,
+    noise_check: bool = False,
+    max_tool_output_chars: int = 2000,
+    timeout: float = 120.0,
+    max_attempts: int = 4,
+    retry_delay: float = 1.0,
+) -> list[Score]:
+    """Score conversations relative to each other; raises `JudgeError` when the judge fails.
+
+    Example:
+        scores = await ruler.score([conv_a, conv_b], judge="openai/gpt-4.1-mini", tools=tools)
+        best = max(range(2), key=lambda i: scores[i].score)
+    """
+    items = _items_from_lists(message_lists, tools)
+    j = make_judge(
+        judge,
+        litellm_params,
+        structured=structured,
+        timeout=timeout,
+        max_attempts=max_attempts,
+        retry_delay=retry_delay,
+    )
+    try:
+        outcome = await judge_items(
+            items,
+            j,
+            rubric=rubric,
+            cache=cache,
+            noise_check=noise_check,
+            max_tool_output_chars=max_tool_output_chars,
+        )
+    except Exception as exc:
+        raise JudgeError(f"RULER judge {j.model!r} failed on {len(items)} conversations: {exc}") from exc
+    return outcome.scores
+
+
+def group_label(group: TrajectoryGroup) -> str:
+    trajs = group.trajectories
+    meta = f" {group.metadata!r}"[:120] if group.metadata else ""
+    return f"group{meta} of {len(trajs)} trajectories (first id {trajs[0].id})"
+
+
+async def score_group(
+    group: TrajectoryGroup,
+    judge: str | Model | Judge | None = None,
+    *,
+    rubric: str = DEFAULT_RUBRIC,
+    litellm_params: dict[str, Any] | None = None,
+    swallow_exceptions: bool = False,
+    structured: bool | None = None,
+    cache: CacheLocation | None = None,
+    noise_check: bool = False,
+    max_tool_output_chars: int = 2000,
+    timeout: float = 120.0,
+    max_attempts: int = 4,
+    retry_delay: float = 1.0,
+    stats: RulerStats | None = None,
+) -> TrajectoryGroup | None:
+    """Replace each trajectory's reward with a judge's score relative to the rest of its group.
+
+    The old reward moves to ``metrics["independent_reward"]``, the score goes to ``reward`` and
+    ``metrics["ruler_score"]``, the judge's explanation to the trajectory's logs, and the judge's
+    calls, tokens and cost (where litellm knows it) to the group's metrics. A judge failure raises
+    `JudgeError`, or with ``swallow_exceptions=True`` drops the group (returns None) and counts it.
+    The judge defaults to ``$RULER_JUDGE``, else ``openai/gpt-4.1-mini``.
+
+    Example:
+        groups = await art.gather_trajectory_groups(
+            (art.TrajectoryGroup(rollout(model, t) for _ in range(8)) for t in tasks),
+            after_each=lambda g: ruler.score_group(g, judge="openai/gpt-4.1-mini", swallow_exceptions=True))
+    """
+    tally = stats if stats is not None else _default_stats
+    if not isinstance(group, TrajectoryGroup):
+        raise TypeError(
+            f"score_group() takes a TrajectoryGroup, got {type(group).__name__}; use score() for message lists"
+        )
+    if not group.trajectories:
+        logger.info(
+            "RULER: group has no trajectories (%d rollouts failed); nothing to score", len(group.exceptions)
+        )
+        return group
+    j = make_judge(
+        judge,
+        litellm_params,
+        structured=structured,
+        timeout=timeout,
+        max_attempts=max_attempts,
+        retry_delay=retry_delay,
+    )
+    items = [
+        Item(t.messages(), t.tools or None, tuple(h.messages() for h in t.additional_histories))
+        for t in group.trajectories
+    ]
+    usage = Usage()
+    try:
+        outcome = await judge_items(
+            items,
+            j,
+            rubric=rubric,
+            cache=cache,
+            noise_check=noise_check,
+            max_tool_output_chars=max_tool_output_chars,
+            usage=usage,
+        )
+    except Exception as exc:
+        error = JudgeError(f"RULER judge {j.model!r} failed on {group_label(group)}: {exc}")
+        if not swallow_exceptions:
+            raise error from exc
+        tally.groups_dropped += 1
+        tally.drop_reasons[type(exc).__name__] += 1
+        logger.warning("%s; dropping the group (swallow_exceptions=True)", error)
+        return None
+    finally:
+        tally.judge_calls += usage.calls
+        tally.prompt_tokens += usage.prompt_tokens
+        tally.completion_tokens += usage.completion_tokens
+        tally.cost_usd += usage.cost_usd or 0.0
+
+    tally.groups_scored += 1
+    tally.cache_hits += outcome.cache_hits
+    for t, s in zip(group.trajectories, outcome.scores, strict=True):
+        if "ruler_score" not in t.metrics:  # scoring twice keeps the first, user-given reward
+            t.metrics["independent_reward"] = t.reward
+        t.reward = s.score
+        t.metrics["ruler_score"] = s.score
+        t.log(f"RULER {j.model}: {s.score:.3f}: {s.explanation}")
+    group.metrics["ruler_judge_calls"] = usage.calls
+    group.metrics["ruler_judge_prompt_tokens"] = usage.prompt_tokens
+    group.metrics["ruler_judge_completion_tokens"] = usage.completion_tokens
+    group.metrics["ruler_cache_hits"] = outcome.cache_hits
+    if usage.cost_usd is not None:
+        group.metrics["ruler_judge_cost_usd"] = usage.cost_usd
+    if outcome.rank_agreement is not None:
+        group.metrics["ruler_rank_agreement"] = outcome.rank_agreement
+    elif noise_check:
+        logger.info(
+            "RULER noise check: no rank agreement for %s (too few distinct trajectories or tied scores)",
+            group_label(group),
+        )
+    return group
+
+
+__all__ = [
+    "DEFAULT_JUDGE",
+    "RulerStats",
+    "Score",
+    "judge_items",
+    "kendall_tau",
+    "score",
+    "score_group",
+    "stats",
+]
