@@ -222,10 +222,11 @@ class CaptureHandler(BaseCallbackHandler):
                         trajectory=trajectory,
                     )
 
-    def report(self) -> dict[str, Any]:
+    def report(self, trajectory: Trajectory | None = None) -> dict[str, Any]:
         """The short capture report stored in ``trajectory.metadata["capture"]``."""
         s = self.stats
-        histories = self.trajectory.histories() if self.trajectory is not None else []
+        trajectory = trajectory if trajectory is not None else self.trajectory
+        histories = trajectory.histories() if trajectory is not None else []
         return {
             "calls": s.calls,
             "histories": sum(1 for h in histories if h.turns),
