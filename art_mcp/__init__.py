@@ -1,0 +1,62 @@
+"""ART's MCP plugin: train an agent on any MCP server's tools.
+
+- `connect(server)`: a wrapped MCP session; `openai_tools()` and `call()` (recorded in the trajectory).
+- `ServerPool`: a fresh server process per rollout, or one shared, under a process bound.
+- `rollout(model, session, task)`: a generic tool-using agent loop.
+- `generate_tasks(...)`: AutoRL tasks from the tool schemas alone (litellm, structured output).
+
+Depends on `art_core`, `mcp` and `litellm` only (litellm is imported when tasks are generated).
+"""
+
+from .agent import COMPLETE_TASK, COMPLETE_TASK_TOOL, DEFAULT_SYSTEM_PROMPT, rollout, task_text
+from .autorl import (
+    Task,
+    TaskGenerationError,
+    dedupe,
+    generate_tasks,
+    load_tasks,
+    save_tasks,
+    similarity,
+    split_tasks,
+)
+from .pool import Isolation, ServerPool
+from .servers import bundled_server
+from .session import (
+    McpServerError,
+    McpSession,
+    ServerCrashed,
+    ServerSpec,
+    ServerStartError,
+    ToolResult,
+    connect,
+    resolve_server,
+    to_openai_tool,
+)
+
+__all__ = [
+    "COMPLETE_TASK",
+    "COMPLETE_TASK_TOOL",
+    "DEFAULT_SYSTEM_PROMPT",
+    "Isolation",
+    "McpServerError",
+    "McpSession",
+    "ServerCrashed",
+    "ServerPool",
+    "ServerSpec",
+    "ServerStartError",
+    "Task",
+    "TaskGenerationError",
+    "ToolResult",
+    "bundled_server",
+    "connect",
+    "dedupe",
+    "generate_tasks",
+    "load_tasks",
+    "resolve_server",
+    "rollout",
+    "save_tasks",
+    "similarity",
+    "split_tasks",
+    "task_text",
+    "to_openai_tool",
+]

@@ -1,0 +1,390 @@
+"""A wrapped MCP client session: OpenAI tool specs out, recorded tool calls in.
+
+`connect(server)` spawns a stdio server (a command line, an argument list or
+`StdioServerParameters`) or reaches a streamable-HTTP one (an ``http(s)://`` URL). The MCP SDK's
+transports run in anyio task groups that must be entered and left by one task, so each connection
+lives in its own background task; the session it hands out can be used from any task.
+
+A tool that fails, times out or is unknown becomes an error tool message the model can react to.
+A server that dies raises `ServerCrashed`, which fails that rollout only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import shlex
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+import anyio
+import mcp.types as mcp_types
+from art_core import current_trajectory, record_tool_result
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+
+logger = logging.getLogger(__name__)
+
+ServerSpec = str | Sequence[str] | StdioServerParameters
+
+
+class McpServerError(RuntimeError):
+    """Something went wrong with the MCP server itself (not with one tool call)."""
+
+
+class ServerStartError(McpServerError):
+    """The server could not be spawned, reached or initialised."""
+
+
+class ServerCrashed(McpServerError):
+    """The server stopped (exited, closed its pipes, or dropped the connection) during a rollout."""
+
+
+def resolve_server(server: ServerSpec) -> StdioServerParameters | str:
+    """Normalise a server spec to `StdioServerParameters`, or a URL string for streamable HTTP."""
+    if isinstance(server, StdioServerParameters):
+        return server
+    if isinstance(server, str):
+        text = server.strip()
+        if not text:
+            raise ValueError("the MCP server is an empty string; pass a command line or an http(s):// URL")
+        if text.startswith(("http://", "https://")):
+            return text
+        argv = shlex.split(text)
+    elif isinstance(server, Sequence) and all(isinstance(a, str) for a in server):
+        argv = list(server)
+        if not argv:
+            raise ValueError("the MCP server is an empty argument list; pass e.g. ['python', '-m', 'my_server']")
+    else:
+        raise TypeError(
+            f"cannot use a {type(server).__name__} as an MCP server; pass a command line string, an argument "
+            "list, mcp.StdioServerParameters, or an http(s):// URL"
+        )
+    return StdioServerParameters(command=argv[0], args=argv[1:])
+
+
+def describe(target: StdioServerParameters | str) -> str:
+    if isinstance(target, str):
+        return target
+    return shlex.join([target.command, *target.args])
+
+
+def to_openai_tool(tool: mcp_types.Tool | dict[str, Any]) -> dict[str, Any]:
+    """An MCP tool (or an OpenAI tool spec, passed through) as an OpenAI function tool spec."""
+    if isinstance(tool, dict):
+        if tool.get("type") == "function" and "function" in tool:
+            return tool
+        raise ValueError(f"not an OpenAI tool spec (needs type='function' and 'function'): {tool!r}")
+    schema = dict(tool.input_schema or {})
+    schema.setdefault("type", "object")
+    schema.setdefault("properties", {})
+    function: dict[str, Any] = {"name": tool.name, "parameters": schema}
+    if tool.description:
+        function["description"] = tool.description
+    return {"type": "function", "function": function}
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """The outcome of one tool call, as recorded in the trajectory."""
+
+    name: str
+    arguments: dict[str, Any]
+    text: str
+    tool_call_id: str
+    is_error: bool = False
+    structured: dict[str, Any] | None = None
+    latency_s: float = 0.0
+
+    def message(self) -> dict[str, Any]:
+        """The OpenAI tool message for this result."""
+        return {"role": "tool", "tool_call_id": self.tool_call_id, "name": self.name, "content": self.text}
+
+
+def _result_text(result: mcp_types.CallToolResult) -> str:
+    parts: list[str] = []
+    for block in result.content:
+        if isinstance(block, mcp_types.TextContent):
+            parts.append(block.text)
+        else:
+            parts.append(f"[{block.type} content]")
+    text = "\n".join(parts)
+    if not text and result.structured_content is not None:
+        text = json.dumps(result.structured_content, default=str)
+    return text
+
+
+@dataclass
+class McpSession:
+    """A connected MCP server: its tools as OpenAI specs, and `call` that records each call.
+
+    Example:
+        async with art_mcp.connect("python -m my_server") as session:
+            tools = session.openai_tools()
+            result = await session.call("search", {"query": "x"}, tool_call_id=call.id)
+    """
+
+    client: ClientSession
+    tools: list[mcp_types.Tool]
+    label: str
+    timeout: float | None = 30.0
+    stderr: IO[str] | None = None
+    _crashed: ServerCrashed | None = field(default=None, repr=False)
+
+    def openai_tools(self, include: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """The server's tools as OpenAI function specs (optionally only those named in `include`)."""
+        names = {t.name for t in self.tools}
+        if include is not None and (unknown := set(include) - names):
+            raise ValueError(f"unknown tools {sorted(unknown)} for {self.label}; it has {sorted(names)}")
+        return [to_openai_tool(t) for t in self.tools if include is None or t.name in include]
+
+    @property
+    def crashed(self) -> ServerCrashed | None:
+        """The crash seen on this session, if the server has died."""
+        return self._crashed
+
+    def tool_names(self) -> list[str]:
+        return [t.name for t in self.tools]
+
+    def stderr_tail(self, lines: int = 20) -> str:
+        """The last lines the server wrote to stderr (stdio servers only)."""
+        return _tail(self.stderr, lines)
+
+    async def call(
+        self,
+        name: str,
+        arguments: dict[str, Any] | str | None = None,
+        *,
+        tool_call_id: str | None = None,
+        timeout: float | None = None,
+    ) -> ToolResult:
+        """Call a tool and record the result in the current trajectory as a tool message.
+
+        `arguments` is a dict or the JSON string a model produced. Errors the model can react to
+        (unknown tool, bad arguments, a tool that raises or times out) come back as a result with
+        ``is_error=True``; a server that has died raises `ServerCrashed`.
+        """
+        call_id = tool_call_id or f"call_{uuid.uuid4().hex[:12]}"
+        if self._crashed is not None:
+            raise ServerCrashed(f"{self._crashed} (tool {name!r} was called after that)") from self._crashed
+        t0 = time.perf_counter()
+        args, problem = _parse_arguments(arguments)
+        structured = None
+        if problem is None and name not in self.tool_names():
+            problem = f"unknown tool {name!r}; available tools: {', '.join(self.tool_names())}"
+        if problem is not None:
+            text, is_error = f"Error: {problem}", True
+        else:
+            limit = timeout if timeout is not None else self.timeout
+            try:
+                result = await self.client.call_tool(name, args, read_timeout_seconds=limit)
+            except MCPError as exc:
+                if exc.error.code == REQUEST_TIMEOUT:
+                    text = f"Error: tool {name!r} timed out after {limit:g}s"
+                elif exc.error.code == CONNECTION_CLOSED:
+                    raise self._crash(name, exc) from exc
+                else:
+                    text = f"Error: tool {name!r} failed: {exc.error.message}"
+                is_error = True
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError) as exc:
+                raise self._crash(name, exc) from exc
+            else:
+                text, is_error, structured = _result_text(result), bool(result.is_error), result.structured_content
+                if is_error and not text.lower().startswith("error"):
+                    text = f"Error: {text}"
+        out = ToolResult(
+            name=name,
+            arguments=args,
+            text=text,
+            tool_call_id=call_id,
+            is_error=is_error,
+            structured=structured,
+            latency_s=time.perf_counter() - t0,
+        )
+        _record(out)
+        return out
+
+    def _crash(self, tool: str, exc: BaseException) -> ServerCrashed:
+        tail = self.stderr_tail()
+        detail = f"; its last stderr lines:\n{tail}" if tail else ""
+        self._crashed = ServerCrashed(
+            f"MCP server {self.label} stopped during a call to tool {tool!r} ({exc!r}){detail}"
+        )
+        return self._crashed
+
+
+def _tail(file: IO[str] | None, lines: int = 20) -> str:
+    if file is None:
+        return ""
+    with contextlib.suppress(OSError, ValueError):
+        file.flush()
+        file.seek(0)
+        return "\n".join(file.read().splitlines()[-lines:])
+    return ""
+
+
+def _parse_arguments(arguments: dict[str, Any] | str | None) -> tuple[dict[str, Any], str | None]:
+    if arguments is None or arguments == "":
+        return {}, None
+    if isinstance(arguments, dict):
+        return arguments, None
+    try:
+        parsed = json.loads(arguments)
+    except ValueError as exc:
+        return {}, f"the arguments are not valid JSON ({exc}); send a JSON object"
+    if not isinstance(parsed, dict):
+        return {}, f"the arguments must be a JSON object, got {type(parsed).__name__}"
+    return parsed, None
+
+
+def _record(result: ToolResult) -> None:
+    trajectory = current_trajectory()
+    if trajectory is None:
+        return
+    record_tool_result(result.tool_call_id, result.text, name=result.name)
+    entry: dict[str, Any] = {
+        "tool_call_id": result.tool_call_id,
+        "name": result.name,
+        "arguments": result.arguments,
+        "is_error": result.is_error,
+        "latency_s": round(result.latency_s, 6),
+    }
+    if result.structured is not None:
+        entry["structured"] = result.structured
+    trajectory.metadata.setdefault("mcp_calls", []).append(entry)
+    m = trajectory.metrics
+    m["mcp/calls"] = int(m.get("mcp/calls", 0)) + 1
+    m["mcp/errors"] = int(m.get("mcp/errors", 0)) + int(result.is_error)
+    m["mcp/latency_s"] = float(m.get("mcp/latency_s", 0.0)) + result.latency_s
+
+
+class Connection:
+    """One live server connection, owned by a background task (see the module docstring)."""
+
+    def __init__(self, server: ServerSpec, *, timeout: float | None = 30.0, startup_timeout: float = 60.0) -> None:
+        self.target = resolve_server(server)
+        self.label = describe(self.target)
+        self.timeout = timeout
+        self.startup_timeout = startup_timeout
+        self._ready: asyncio.Future[McpSession] | None = None
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def open(self) -> McpSession:
+        loop = asyncio.get_running_loop()
+        self._ready = loop.create_future()
+        self._task = loop.create_task(self._own(), name=f"mcp:{self.label}")
+        try:
+            return await asyncio.shield(self._ready)
+        except BaseException:
+            await self.close()
+            raise
+
+    async def close(self) -> None:
+        self._stop.set()
+        if self._task is not None and not self._task.done():
+            # shielded: a cancelled caller must not leave the server running
+            await asyncio.shield(self._task)
+
+    async def _own(self) -> None:
+        assert self._ready is not None
+        stderr = None
+        if not isinstance(self.target, str):
+            stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                if isinstance(self.target, str):
+                    read, write = await stack.enter_async_context(streamable_http_client(self.target))
+                else:
+                    read, write = await stack.enter_async_context(stdio_client(self.target, errlog=stderr))
+                client = await stack.enter_async_context(ClientSession(read, write))
+                # the scope sits inside the transport's task groups: anyio scopes must nest
+                with anyio.fail_after(self.startup_timeout):
+                    await client.initialize()
+                    tools = await _list_tools(client)
+                session = McpSession(client, tools, self.label, timeout=self.timeout, stderr=stderr)
+                self._ready.set_result(session)
+                await self._stop.wait()
+        except BaseException as exc:  # noqa: BLE001 - reported to the opener, or logged after a crash
+            if not self._ready.done():
+                self._ready.set_exception(self._start_error(exc, _tail(stderr)))
+            elif not isinstance(exc, asyncio.CancelledError):
+                logger.debug("MCP server %s closed with %r", self.label, exc)
+        finally:
+            if stderr is not None:
+                stderr.close()
+
+    def _start_error(self, exc: BaseException, stderr_tail: str) -> ServerStartError:
+        leaf = exc
+        while isinstance(leaf, BaseExceptionGroup) and len(leaf.exceptions) == 1:
+            leaf = leaf.exceptions[0]
+        if isinstance(leaf, TimeoutError):
+            why = f"it did not finish starting within {self.startup_timeout:g}s"
+        elif isinstance(leaf, FileNotFoundError):
+            why = f"the command was not found ({leaf}); check the command and PATH"
+        elif isinstance(leaf, MCPError) and leaf.error.code == CONNECTION_CLOSED:
+            why = "it exited (or closed its stdout) before the MCP handshake finished; is it an MCP server?"
+        else:
+            why = repr(leaf)
+        detail = f"; its last stderr lines:\n{stderr_tail}" if stderr_tail else ""
+        error = ServerStartError(f"could not start MCP server {self.label}: {why}{detail}")
+        error.__cause__ = exc
+        return error
+
+
+async def _list_tools(client: ClientSession) -> list[mcp_types.Tool]:
+    tools: list[mcp_types.Tool] = []
+    cursor: str | None = None
+    while True:
+        params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
+        page = await client.list_tools(params=params)
+        tools += page.tools
+        cursor = page.next_cursor
+        if not cursor:
+            return tools
+
+
+@contextlib.asynccontextmanager
+async def connect(
+    server: ServerSpec, *, timeout: float | None = 30.0, startup_timeout: float = 60.0
+) -> AsyncIterator[McpSession]:
+    """Connect to an MCP server for the length of the block; the server process stops after it.
+
+    `server` is a command line (``"python -m my_server"``), an argument list, an
+    `mcp.StdioServerParameters`, or an ``http(s)://`` URL of a streamable-HTTP server. `timeout`
+    bounds each tool call (a call that runs past it becomes an error tool message);
+    `startup_timeout` bounds spawning and the MCP handshake.
+
+    Example:
+        async with art_mcp.connect(["python", "-m", "art_mcp.servers.notes"]) as session:
+            print(session.openai_tools())
+    """
+    connection = Connection(server, timeout=timeout, startup_timeout=startup_timeout)
+    session = await connection.open()
+    try:
+        yield session
+    finally:
+        await connection.close()
+
+
+__all__ = [
+    "Connection",
+    "McpServerError",
+    "McpSession",
+    "ServerCrashed",
+    "ServerSpec",
+    "ServerStartError",
+    "ToolResult",
+    "connect",
+    "resolve_server",
+    "to_openai_tool",
+]

@@ -1,0 +1,57 @@
+"""A test MCP server with tools that misbehave on purpose: raise, hang, or kill the process."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+server = MCPServer("flaky", log_level="WARNING")
+_count = 0
+
+
+@server.tool()
+def whoami() -> int:
+    """The server's process id."""
+    return os.getpid()
+
+
+@server.tool()
+def echo(text: str) -> str:
+    """Return the text."""
+    return text
+
+
+@server.tool()
+def increment() -> int:
+    """Add one to a per-process counter and return it."""
+    global _count
+    _count += 1
+    return _count
+
+
+@server.tool()
+def fail(reason: str) -> str:
+    """Always raises a tool error."""
+    raise ToolError(f"failed on purpose: {reason}")
+
+
+@server.tool()
+def hang(seconds: float) -> str:
+    """Sleep (blocking) for a while."""
+    time.sleep(seconds)
+    return "woke up"
+
+
+@server.tool()
+def die(code: int = 3) -> str:
+    """Exit the process at once, mid-call."""
+    print("flaky server: dying on request", file=sys.stderr, flush=True)
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    server.run("stdio")
