@@ -1,0 +1,114 @@
+"""The engine protocol: what the server needs from whatever runs the model.
+
+An engine serves one base model and any number of LoRA adapters, each under a name
+(``agent-001@3``). The service decides which adapter a request gets; the engine only runs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["ChatRequest", "Engine", "EngineError", "Gate", "SamplingParams"]
+
+
+class EngineError(RuntimeError):
+    """The engine could not serve a request; `status` is the HTTP status to answer with."""
+
+    def __init__(self, message: str, *, status: int = 500, type: str = "engine_error") -> None:
+        super().__init__(message)
+        self.status = status
+        self.type = type
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int | None = None
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    n: int = 1
+    top_logprobs: int = 0
+
+
+@dataclass
+class ChatRequest:
+    """One chat completion, already validated: messages, tools and sampling, plus the adapter to use."""
+
+    messages: list[dict[str, Any]]
+    model: str  # the name to answer with
+    adapter: str | None = None  # None: the bare base model
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    stream: bool = False
+    tokens_as_ids: bool = False  # logprob tokens read "token_id:N"
+    extra: dict[str, Any] = field(default_factory=dict)  # other body fields, passed on where an engine can use them
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """Start, serve chat completions, load adapters, hold and resume, stop."""
+
+    async def start(self) -> None: ...
+
+    async def chat(self, request: ChatRequest) -> dict[str, Any]:
+        """An OpenAI ``chat.completion`` body; every choice carries ``token_ids`` and ``logprobs.content``."""
+        ...
+
+    def chat_stream(self, request: ChatRequest) -> AsyncIterator[dict[str, Any]]:
+        """``chat.completion.chunk`` bodies, the last one with ``finish_reason`` and ``usage``."""
+        ...
+
+    async def load_adapter(self, name: str, path: Path) -> None: ...
+
+    async def unload_adapter(self, name: str) -> None: ...
+
+    async def sequence_logprobs(self, token_ids: list[int], adapter: str | None) -> list[float]:
+        """log p(token_i | tokens before it) for i >= 1, as served (the weight-sync probe)."""
+        ...
+
+    async def hold(self) -> None:
+        """Stop admitting requests (they wait) and return once those in flight are done."""
+        ...
+
+    async def resume(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+class Gate:
+    """Admission control shared by the engines: `hold` makes new requests wait and drains the rest."""
+
+    def __init__(self) -> None:
+        self._open = asyncio.Event()
+        self._open.set()
+        self._inflight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    async def enter(self) -> None:
+        while not self._open.is_set():
+            await self._open.wait()
+        self._inflight += 1
+        self._idle.clear()
+
+    def leave(self) -> None:
+        self._inflight -= 1
+        if self._inflight == 0:
+            self._idle.set()
+
+    async def hold(self) -> None:
+        self._open.clear()
+        await self._idle.wait()
+
+    def resume(self) -> None:
+        self._open.set()
+
+    @property
+    def held(self) -> bool:
+        return not self._open.is_set()

