@@ -1,0 +1,87 @@
+"""Packing sequences into rows with no attention across sequence boundaries.
+
+A row is the concatenation of whole sequences with `position_ids` restarting at 0 for each. Given
+`position_ids` and no `attention_mask`, transformers 5.x (masking_utils.find_packed_sequence_indices)
+builds a block-diagonal causal mask, so a token only sees earlier tokens of its own sequence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .tokenize import Sequence
+
+__all__ = ["Row", "build_rows", "pack_indices"]
+
+
+def pack_indices(lengths: list[int], capacity: int) -> list[list[int]]:
+    """First-fit decreasing: groups of sequence indices whose lengths sum to at most `capacity`."""
+    rows: list[list[int]] = []
+    free: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        for r, room in enumerate(free):
+            if lengths[i] <= room:
+                rows[r].append(i)
+                free[r] -= lengths[i]
+                break
+        else:
+            rows.append([i])
+            free.append(capacity - lengths[i])
+    return rows
+
+
+@dataclass
+class Row:
+    """One packed row and where its trained tokens sit."""
+
+    input_ids: torch.Tensor  # [L]
+    position_ids: torch.Tensor  # [L]
+    pred_index: torch.Tensor  # [n] positions whose next token is trained
+    targets: torch.Tensor  # [n] the trained tokens
+    token_index: torch.Tensor  # [n] where these tokens sit in the batch's flat token arrays
+    seq_local: torch.Tensor  # [n] sequence index within the row (0..k-1)
+
+
+def build_rows(sequences: list[Sequence], capacity: int) -> tuple[list[Row], torch.Tensor]:
+    """Pack `sequences` into rows of at most `capacity` tokens.
+
+    Returns the rows and `seq_of_token` [N]: for each trained token of the batch (in sequence order,
+    the order of the flat arrays), the index of its sequence. A trained token at position 0 has no
+    prediction and is skipped.
+    """
+    offsets: list[int] = []
+    seq_of_token: list[int] = []
+    for s, seq in enumerate(sequences):
+        offsets.append(len(seq_of_token))
+        seq_of_token.extend([s] * sum(seq.mask[1:]))
+    rows: list[Row] = []
+    for group in pack_indices([len(s) for s in sequences], capacity):
+        ids: list[int] = []
+        pos: list[int] = []
+        pred: list[int] = []
+        targets: list[int] = []
+        token_index: list[int] = []
+        local: list[int] = []
+        for k, s in enumerate(sorted(group)):
+            seq = sequences[s]
+            start = len(ids)
+            trained = [j for j in range(1, len(seq)) if seq.mask[j]]
+            pred.extend(start + j - 1 for j in trained)
+            targets.extend(seq.token_ids[j] for j in trained)
+            token_index.extend(range(offsets[s], offsets[s] + len(trained)))
+            local.extend([k] * len(trained))
+            ids.extend(seq.token_ids)
+            pos.extend(range(len(seq)))
+        rows.append(
+            Row(
+                torch.tensor(ids),
+                torch.tensor(pos),
+                torch.tensor(pred, dtype=torch.long),
+                torch.tensor(targets, dtype=torch.long),
+                torch.tensor(token_index, dtype=torch.long),
+                torch.tensor(local, dtype=torch.long),
+            )
+        )
+    return rows, torch.tensor(seq_of_token, dtype=torch.long)
