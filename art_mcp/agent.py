@@ -26,7 +26,9 @@ COMPLETE_TASK_TOOL: dict[str, Any] = {
         "description": "Call this once the task is done, with the final answer for the user.",
         "parameters": {
             "type": "object",
-            "properties": {"answer": {"type": "string", "description": "The final answer or a summary of what was done."}},
+            "properties": {
+                "answer": {"type": "string", "description": "The final answer or a summary of what was done."}
+            },
             "required": ["answer"],
         },
     },
@@ -50,7 +52,9 @@ def task_text(task: str | HasTask | dict[str, Any]) -> str:
     else:
         text = getattr(task, "task", "")
     if not isinstance(text, str) or not text.strip():
-        raise ValueError(f"the task has no text: {task!r}; pass a string, a Task, or a dict with a 'task' key")
+        raise ValueError(
+            f"the task has no text: {task!r}; pass a string, a Task, or a dict with a 'task' key"
+        )
     return text
 
 
@@ -100,7 +104,9 @@ async def rollout(
         metadata={"task": text, "mcp_server": session.label},
     )
     if not isinstance(task, str):
-        trajectory.metadata["task_id"] = getattr(task, "id", None) or (task.get("id") if isinstance(task, dict) else None)
+        trajectory.metadata["task_id"] = getattr(task, "id", None) or (
+            task.get("id") if isinstance(task, dict) else None
+        )
     params: dict[str, Any] = {}
     if temperature is not None:
         params["temperature"] = temperature

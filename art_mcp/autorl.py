@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import mcp.types as mcp_types
-from art_core import atomic_write_text
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from art_core import atomic_write_text
 
 from .session import McpSession, to_openai_tool
 
@@ -175,7 +176,11 @@ async def generate_tasks(
             break
         avoid = ""
         if kept:
-            avoid = "Do not repeat or paraphrase these existing tasks:\n" + "\n".join(f"- {t.task}" for t in kept) + "\n"
+            avoid = (
+                "Do not repeat or paraphrase these existing tasks:\n"
+                + "\n".join(f"- {t.task}" for t in kept)
+                + "\n"
+            )
         prompt = PROMPT.format(
             tools=tool_text,
             n=want,
@@ -194,7 +199,13 @@ async def generate_tasks(
         kept += fresh[: n - len(kept)]
         logger.info(
             "task generation round %d: %d asked, %d valid, %d new, %d rejected; %d/%d kept",
-            round_ + 1, want, len(new), len(fresh), rejected, len(kept), n,
+            round_ + 1,
+            want,
+            len(new),
+            len(fresh),
+            rejected,
+            len(kept),
+            n,
         )
     if not kept:
         raise TaskGenerationError(
@@ -202,11 +213,15 @@ async def generate_tasks(
             "and see the log for why replies were rejected"
         )
     if len(kept) < n:
-        logger.warning("generated %d of the %d tasks asked for (the rest were invalid or duplicates)", len(kept), n)
+        logger.warning(
+            "generated %d of the %d tasks asked for (the rest were invalid or duplicates)", len(kept), n
+        )
     return kept
 
 
-def split_tasks(tasks: Sequence[Task], *, val_fraction: float = 0.2, seed: int = 0) -> tuple[list[Task], list[Task]]:
+def split_tasks(
+    tasks: Sequence[Task], *, val_fraction: float = 0.2, seed: int = 0
+) -> tuple[list[Task], list[Task]]:
     """Shuffle (with a seed) and split into train and validation sets; each gets at least one task."""
     if not 0 < val_fraction < 1:
         raise ValueError(f"val_fraction must be between 0 and 1, got {val_fraction}")
@@ -235,8 +250,10 @@ def load_tasks(path: str | Path) -> list[Task]:
         try:
             tasks.append(Task.model_validate_json(line))
         except ValidationError as exc:
-            raise ValueError(f"{path}:{i} is not a valid task ({exc.errors()[0]['msg']}); expected "
-                             '{"task": "...", "difficulty": 1-5}') from None
+            raise ValueError(
+                f"{path}:{i} is not a valid task ({exc.errors()[0]['msg']}); expected "
+                '{"task": "...", "difficulty": 1-5}'
+            ) from None
     return tasks
 
 

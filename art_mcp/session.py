@@ -25,12 +25,13 @@ from typing import IO, Any
 
 import anyio
 import mcp.types as mcp_types
-from art_core import current_trajectory, record_tool_result
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+
+from art_core import current_trajectory, record_tool_result
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +64,9 @@ def resolve_server(server: ServerSpec) -> StdioServerParameters | str:
     elif isinstance(server, Sequence) and all(isinstance(a, str) for a in server):
         argv = list(server)
         if not argv:
-            raise ValueError("the MCP server is an empty argument list; pass e.g. ['python', '-m', 'my_server']")
+            raise ValueError(
+                "the MCP server is an empty argument list; pass e.g. ['python', '-m', 'my_server']"
+            )
     else:
         raise TypeError(
             f"cannot use a {type(server).__name__} as an MCP server; pass a command line string, an argument "
@@ -198,7 +201,11 @@ class McpSession:
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError) as exc:
                 raise self._crash(name, exc) from exc
             else:
-                text, is_error, structured = _result_text(result), bool(result.is_error), result.structured_content
+                text, is_error, structured = (
+                    _result_text(result),
+                    bool(result.is_error),
+                    result.structured_content,
+                )
                 if is_error and not text.lower().startswith("error"):
                     text = f"Error: {text}"
         out = ToolResult(
@@ -270,7 +277,9 @@ def _record(result: ToolResult) -> None:
 class Connection:
     """One live server connection, owned by a background task (see the module docstring)."""
 
-    def __init__(self, server: ServerSpec, *, timeout: float | None = 30.0, startup_timeout: float = 60.0) -> None:
+    def __init__(
+        self, server: ServerSpec, *, timeout: float | None = 30.0, startup_timeout: float = 60.0
+    ) -> None:
         self.target = resolve_server(server)
         self.label = describe(self.target)
         self.timeout = timeout
@@ -325,8 +334,8 @@ class Connection:
 
     def _start_error(self, exc: BaseException, stderr_tail: str) -> ServerStartError:
         leaf = exc
-        while isinstance(leaf, BaseExceptionGroup) and len(leaf.exceptions) == 1:
-            leaf = leaf.exceptions[0]
+        while len(getattr(leaf, "exceptions", ())) == 1:  # unwrap anyio's exception groups
+            leaf = leaf.exceptions[0]  # type: ignore[attr-defined]
         if isinstance(leaf, TimeoutError):
             why = f"it did not finish starting within {self.startup_timeout:g}s"
         elif isinstance(leaf, FileNotFoundError):

@@ -10,7 +10,9 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 server = MCPServer(
-    "calculator", instructions="Evaluate arithmetic expressions and convert between units.", log_level="WARNING"
+    "calculator",
+    instructions="Evaluate arithmetic expressions and convert between units.",
+    log_level="WARNING",
 )
 
 _OPS = {
@@ -28,11 +30,25 @@ _FUNCS = {"sqrt": math.sqrt, "abs": abs, "round": round, "log": math.log, "exp":
 
 # factor to the base unit of each dimension
 _UNITS: dict[str, tuple[str, float]] = {
-    "m": ("length", 1.0), "km": ("length", 1000.0), "cm": ("length", 0.01), "mm": ("length", 0.001),
-    "mi": ("length", 1609.344), "ft": ("length", 0.3048), "in": ("length", 0.0254), "yd": ("length", 0.9144),
-    "kg": ("mass", 1.0), "g": ("mass", 0.001), "lb": ("mass", 0.45359237), "oz": ("mass", 0.028349523125),
-    "l": ("volume", 1.0), "ml": ("volume", 0.001), "gal": ("volume", 3.785411784),
-    "s": ("time", 1.0), "min": ("time", 60.0), "h": ("time", 3600.0), "day": ("time", 86400.0),
+    "m": ("length", 1.0),
+    "km": ("length", 1000.0),
+    "cm": ("length", 0.01),
+    "mm": ("length", 0.001),
+    "mi": ("length", 1609.344),
+    "ft": ("length", 0.3048),
+    "in": ("length", 0.0254),
+    "yd": ("length", 0.9144),
+    "kg": ("mass", 1.0),
+    "g": ("mass", 0.001),
+    "lb": ("mass", 0.45359237),
+    "oz": ("mass", 0.028349523125),
+    "l": ("volume", 1.0),
+    "ml": ("volume", 0.001),
+    "gal": ("volume", 3.785411784),
+    "s": ("time", 1.0),
+    "min": ("time", 60.0),
+    "h": ("time", 3600.0),
+    "day": ("time", 86400.0),
 }
 _TEMPS = {"c", "f", "k"}
 
@@ -50,7 +66,9 @@ def _eval(node: ast.AST) -> float:
         return _OPS[type(node.op)](_eval(node.operand))
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS:
         return _FUNCS[node.func.id](*(_eval(a) for a in node.args))
-    raise ToolError(f"unsupported syntax {ast.unparse(node)!r}; use numbers, + - * / // % **, and {', '.join(_FUNCS)}")
+    raise ToolError(
+        f"unsupported syntax {ast.unparse(node)!r}; use numbers, + - * / // % **, and {', '.join(_FUNCS)}"
+    )
 
 
 @server.tool()

@@ -14,7 +14,9 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 server = MCPServer(
-    "notes", instructions="A notes store: save, find, read, update and delete short notes.", log_level="WARNING"
+    "notes",
+    instructions="A notes store: save, find, read, update and delete short notes.",
+    log_level="WARNING",
 )
 # sync tools run in worker threads: one connection, shared under a lock
 _db = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
@@ -43,7 +45,9 @@ def add_note(title: str, body: str, tags: list[str] | None = None) -> dict[str, 
             (title.strip(), body, ",".join(t.strip().lower() for t in tags or [])),
         )
     except sqlite3.IntegrityError:
-        raise ToolError(f"a note titled {title!r} already exists; use update_note or pick another title") from None
+        raise ToolError(
+            f"a note titled {title!r} already exists; use update_note or pick another title"
+        ) from None
     return get_note(note_id or 0)
 
 
