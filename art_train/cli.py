@@ -1,2 +1,104 @@
-def main() -> None:
-    print("art 0.1.0")
+"""The `art` command: `art serve`, `art demo`, `art autorl`, `art --version`."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import os
+import sys
+
+from rich.console import Console
+
+__all__ = ["build_parser", "main", "serve"]
+
+console = Console(stderr=True)
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    parser = argparse.ArgumentParser(prog="art", description="ART, the Agent Reinforcement Trainer")
+    parser.add_argument("--version", action="version", version=f"art {__version__}")
+    sub = parser.add_subparsers(dest="command")
+
+    s = sub.add_parser("serve", help="serve and train models over HTTP (OpenAI-compatible /v1 + training API)")
+    s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    s.add_argument("--port", type=int, default=7999, help="port (default 7999)")
+    s.add_argument("--api-key", default=os.environ.get("ART_API_KEY"),
+                   help="require 'Authorization: Bearer KEY' (required off loopback; env ART_API_KEY)")
+    s.add_argument("--engine", choices=["transformers", "vllm"], default=None,
+                   help="inference engine for every model (default: each model's config.engine)")
+    s.add_argument("--path", default=None, help="run-directory root (default ART_HOME or ./.art)")
+    s.add_argument("--device", default=None, help="torch device, e.g. cpu or cuda")
+    s.add_argument("--vllm-python", default=None, help="interpreter with vLLM installed (env ART_VLLM_PYTHON)")
+    s.add_argument("--log-level", default="info")
+
+    d = sub.add_parser("demo", help="train smollm2-135m on a small bundled task and plot the reward")
+    d.add_argument("--steps", type=int, default=None, help="training steps (default fits ~10 minutes on 2 CPU cores)")
+    d.add_argument("--output", default="art-demo", help="folder for the run directory and reward-curve PNG")
+    d.add_argument("--model", default="smollm2-135m", help="base model (HF id, local folder or alias)")
+    d.add_argument("--groups", type=int, default=None, help="prompts per step")
+    d.add_argument("--group-size", type=int, default=None, help="rollouts per prompt")
+    d.add_argument("--learning-rate", type=float, default=None)
+    d.add_argument("--seed", type=int, default=0)
+
+    sub.add_parser("autorl", help="generate tasks from an MCP server's tools and train on them (art_mcp)",
+                   add_help=False)
+    return parser
+
+
+def serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from .server import create_app
+    from .service import ModelService
+
+    if not _loopback(args.host) and not args.api_key:
+        console.print(f"[red]--host {args.host} is reachable from other machines: pass --api-key KEY "
+                      "(or set ART_API_KEY), or bind 127.0.0.1[/red]")
+        return 2
+    service = ModelService(root=args.path, engine=args.engine, device=args.device,
+                           vllm_python=args.vllm_python)
+    app = create_app(service, api_key=args.api_key)
+
+    @app.on_event("shutdown")
+    async def _close() -> None:
+        await service.close()
+
+    console.print(f"art serve: OpenAI endpoint http://{args.host}:{args.port}/v1 and training API /art/v1")
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "autorl":
+        from art_mcp.cli import autorl_main  # another package's CLI: imported only when asked for
+
+        return int(autorl_main(argv[1:]) or 0)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=getattr(args, "log_level", "warning").upper() if args.command == "serve" else "WARNING",
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "serve":
+        return serve(args)
+    if args.command == "demo":
+        from .demo import run_demo
+
+        return run_demo(args)
+    parser.print_help()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,233 @@
+"""The HTTP surface: OpenAI-compatible `/v1` plus ART's training API (see docs/http-api.md).
+
+`create_app(service)` is used by `art serve` and, in-process, by `LocalBackend`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from art_core import Model, Registration, SFTConfig, TrainableModel, TrainConfig, Trajectory, TrajectoryGroup
+
+from .engines.base import ChatRequest, EngineError, SamplingParams
+from .service import ModelService, ServiceError
+
+__all__ = ["ChatCompletionBody", "create_app"]
+
+logger = logging.getLogger(__name__)
+
+
+class ChatCompletionBody(BaseModel):
+    """The fields of an OpenAI chat completion request that ART serves; others are accepted and ignored."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    n: int = Field(1, ge=1, le=64)
+    stream: bool = False
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    return_tokens_as_token_ids: bool = False
+
+    def to_request(self) -> ChatRequest:
+        for i, m in enumerate(self.messages):
+            if m.get("role") not in {"system", "developer", "user", "assistant", "tool"}:
+                raise ServiceError(f"messages[{i}] has role {m.get('role')!r}; use system, user, assistant or tool")
+        stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
+        sampling = SamplingParams(
+            temperature=1.0 if self.temperature is None else self.temperature,
+            top_p=1.0 if self.top_p is None else self.top_p,
+            max_tokens=self.max_completion_tokens or self.max_tokens,
+            stop=stop,
+            seed=self.seed,
+            n=self.n,
+            top_logprobs=self.top_logprobs or 0,
+        )
+        tools = self.tools if self.tools and self.tool_choice != "none" else None
+        return ChatRequest(messages=self.messages, model=self.model, tools=tools, tool_choice=self.tool_choice,
+                           sampling=sampling, stream=self.stream, tokens_as_ids=self.return_tokens_as_token_ids,
+                           extra=self.model_extra or {})
+
+
+class _TrainBody(BaseModel):
+    groups: list[TrajectoryGroup]
+    config: TrainConfig = Field(default_factory=TrainConfig)
+
+
+class _SFTBody(BaseModel):
+    trajectories: list[Trajectory]
+    config: SFTConfig = Field(default_factory=SFTConfig)
+
+
+class _LogBody(BaseModel):
+    groups: list[TrajectoryGroup]
+    split: str = "val"
+    step: int | None = None
+
+
+class _DeleteBody(BaseModel):
+    steps: list[int] | None = None
+
+
+def _error(status: int, message: str, type: str, code: str | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": type, "code": code, "param": None}}, status_code=status)
+
+
+def create_app(service: ModelService, *, api_key: str | None = None) -> FastAPI:
+    """The FastAPI app for `service`; with `api_key`, every request needs ``Authorization: Bearer <key>``."""
+    app = FastAPI(title="ART", docs_url=None, redoc_url=None)
+    app.state.service = service
+
+    @app.middleware("http")
+    async def check_key(request: Request, call_next: Any) -> Any:
+        if api_key and request.url.path != "/health":
+            given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
+            if not hmac.compare_digest(given.encode(), api_key.encode()):
+                return _error(401, "missing or wrong API key: send 'Authorization: Bearer <key>'",
+                              "authentication_error", "invalid_api_key")
+        return await call_next(request)
+
+    @app.exception_handler(ServiceError)
+    async def service_error(_: Request, exc: ServiceError) -> JSONResponse:
+        return _error(exc.status, str(exc), exc.type)
+
+    @app.exception_handler(EngineError)
+    async def engine_error(_: Request, exc: EngineError) -> JSONResponse:
+        return _error(exc.status, str(exc), exc.type)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        parts = [f"{'.'.join(str(p) for p in e['loc'] if p != 'body')}: {e['msg']}" for e in exc.errors()]
+        return _error(422, "invalid request body: " + "; ".join(parts), "invalid_request_error")
+
+    async def _json(request: Request) -> Any:
+        try:
+            return await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ServiceError(f"the request body is not valid JSON: {exc}") from exc
+
+    def _parse(model: type[BaseModel], data: Any) -> Any:
+        try:
+            return model.model_validate(data)
+        except ValidationError as exc:
+            parts = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
+            raise ServiceError("invalid request body: " + "; ".join(parts), status=422) from exc
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        data = [{"id": name, "object": "model", "owned_by": "art", "created": 0} for name in service.served_names()]
+        return {"object": "list", "data": data}
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> Any:
+        body: ChatCompletionBody = _parse(ChatCompletionBody, await _json(request))
+        chat_request = body.to_request()
+        if not body.stream:
+            return await service.chat(body.model, chat_request)
+        chunks = await service.chat_stream(body.model, chat_request)
+
+        async def sse() -> AsyncIterator[bytes]:
+            try:
+                async for chunk in chunks:
+                    yield f"data: {json.dumps(chunk)}\n\n".encode()
+            except (EngineError, ServiceError) as exc:
+                err = {"error": {"message": str(exc), "type": exc.type}}
+                yield f"data: {json.dumps(err)}\n\n".encode()
+            yield b"data: [DONE]\n\n"
+
+        return StreamingResponse(sse(), media_type="text/event-stream")
+
+    # -- training API --------------------------------------------------------------------------
+    @app.post("/art/v1/models/register")
+    async def register(request: Request) -> dict[str, Any]:
+        data = await _json(request)
+        kind = TrainableModel if isinstance(data, dict) and data.get("trainable") else Model
+        model = _parse(kind, data)
+        entry = await service.register(model)
+        reg = Registration(base_url=str(request.base_url).rstrip("/") + "/v1", api_key=api_key or "art",
+                           served_name=model.name, step=entry.step or 0)
+        return reg.model_dump()
+
+    @app.get("/art/v1/models/{name}/step")
+    async def step(name: str) -> dict[str, int]:
+        return {"step": await service.get_step(name)}
+
+    def _stream_training(run: Any) -> StreamingResponse:
+        async def lines() -> AsyncIterator[bytes]:
+            loop = asyncio.get_running_loop()
+            events: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+
+            def progress(event: dict[str, Any]) -> None:
+                loop.call_soon_threadsafe(events.put_nowait, event)
+
+            async def work() -> dict[str, Any]:
+                try:
+                    result = await run(progress)
+                    return {"type": "result", "step": result.step, "metrics": result.metrics}
+                except (ServiceError, EngineError) as exc:
+                    return {"type": "error", "error": {"message": str(exc), "type": exc.type}}
+                except Exception as exc:  # noqa: BLE001 - reported to the client, the server stays up
+                    logger.exception("training failed")
+                    return {"type": "error", "error": {"message": f"{type(exc).__name__}: {exc}", "type": "training_error"}}
+                finally:
+                    loop.call_soon_threadsafe(events.put_nowait, None)
+
+            task = asyncio.create_task(work())
+            while (event := await events.get()) is not None:
+                yield (json.dumps(event, default=str) + "\n").encode()
+            yield (json.dumps(await task, default=str) + "\n").encode()
+
+        return StreamingResponse(lines(), media_type="application/x-ndjson")
+
+    @app.post("/art/v1/models/{name}/train")
+    async def train(name: str, request: Request) -> StreamingResponse:
+        body: _TrainBody = _parse(_TrainBody, await _json(request))
+        service._trainable(name)  # unknown model: a 404 before the stream starts
+        return _stream_training(lambda p: service.train(name, body.groups, body.config, p))
+
+    @app.post("/art/v1/models/{name}/train_sft")
+    async def train_sft(name: str, request: Request) -> StreamingResponse:
+        body: _SFTBody = _parse(_SFTBody, await _json(request))
+        service._trainable(name)
+        return _stream_training(lambda p: service.train_sft(name, body.trajectories, body.config, p))
+
+    @app.post("/art/v1/models/{name}/log")
+    async def log(name: str, request: Request) -> dict[str, Any]:
+        body: _LogBody = _parse(_LogBody, await _json(request))
+        return await service.log(name, body.groups, body.split, body.step)
+
+    @app.get("/art/v1/models/{name}/checkpoints")
+    async def checkpoints(name: str) -> dict[str, list[int]]:
+        return {"steps": await service.list_checkpoints(name)}
+
+    @app.post("/art/v1/models/{name}/checkpoints/delete")
+    async def delete(name: str, request: Request) -> dict[str, list[int]]:
+        body: _DeleteBody = _parse(_DeleteBody, await _json(request))
+        return {"deleted": await service.delete_checkpoints(name, body.steps)}
+
+    return app
+
+

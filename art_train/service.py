@@ -1,0 +1,351 @@
+"""The model registry behind both `art serve` and `LocalBackend`.
+
+It owns, per registered model: the engine that serves it (one engine per base model, shared), the
+`Trainer`, the served step, and a gate that holds the model's inference while a step trains.
+A training step goes: hold (new requests wait, those in flight finish) -> train -> load the new
+adapter into the engine -> weight-sync check (engine logprobs on a probe == trainer logprobs for
+that checkpoint) -> serve the new step -> resume. If the check fails, the step fails loudly and
+the previous step stays served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from art_core import Model, RunDir, SFTConfig, TrainableModel, TrainConfig, TrainResult, Trajectory, TrajectoryGroup
+from art_core.metrics import group_metrics
+
+from .engines.base import ChatRequest, Engine, EngineError, Gate
+
+__all__ = ["ModelService", "ServiceError", "WeightSyncError", "split_served_name"]
+
+logger = logging.getLogger(__name__)
+
+Progress = Callable[[dict[str, Any]], None]
+
+_PROBE = [
+    {"role": "system", "content": "You are a careful assistant."},
+    {"role": "user", "content": "Name three prime numbers and say why each is prime."},
+    {"role": "assistant", "content": "2, 3 and 5: each has exactly two divisors, one and itself."},
+]
+
+
+class ServiceError(RuntimeError):
+    """A request the service cannot serve; `status` and `type` become the HTTP error."""
+
+    def __init__(self, message: str, *, status: int = 400, type: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status = status
+        self.type = type
+
+
+class WeightSyncError(ServiceError):
+    """The engine does not serve the weights the trainer just saved."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, status=500, type="weight_sync_error")
+
+
+def split_served_name(served: str) -> tuple[str, int | None]:
+    """``"agent@7"`` -> ("agent", 7); ``"agent"`` -> ("agent", None)."""
+    name, sep, step = served.rpartition("@")
+    if not sep:
+        return served, None
+    if not step.isdigit():
+        raise ServiceError(f"model {served!r}: the part after '@' must be a step number, e.g. {name}@3", status=404,
+                           type="not_found_error")
+    return name, int(step)
+
+
+@dataclass
+class _Entry:
+    model: Model
+    engine: Engine
+    trainer: Any = None
+    rundir: RunDir | None = None
+    step: int | None = None
+    gate: Gate = field(default_factory=Gate)
+    train_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    loaded: set[int] = field(default_factory=set)
+
+
+class ModelService:
+    """Registers models, routes chat completions to their engine, trains and swaps adapters.
+
+    Args:
+        root: run-directory root (default ``ART_HOME`` or ``./.art``).
+        engine: "transformers" or "vllm"; None uses each model's ``config.engine``.
+        device: torch device for the trainer and the transformers engine.
+        vllm_python: interpreter that runs vLLM (default ``ART_VLLM_PYTHON`` or this one).
+        sync_tolerance: largest allowed |engine logprob - trainer logprob| on the probe.
+    """
+
+    def __init__(
+        self,
+        *,
+        root: str | os.PathLike[str] | None = None,
+        engine: str | None = None,
+        device: str | None = None,
+        vllm_python: str | None = None,
+        sync_tolerance: float | None = None,
+        trainer_factory: Callable[[TrainableModel, RunDir], Any] | None = None,
+    ) -> None:
+        self.root = root
+        self.engine_kind = engine
+        self.device = device
+        self.vllm_python = vllm_python
+        self.sync_tolerance = sync_tolerance
+        self.trainer_factory = trainer_factory or self._make_trainer
+        self._entries: dict[str, _Entry] = {}
+        self._engines: dict[tuple[str, str, str], Engine] = {}
+        self._register_lock = asyncio.Lock()
+
+    # -- registration --------------------------------------------------------------------------
+    def _make_trainer(self, model: TrainableModel, rundir: RunDir) -> Any:
+        from .trainer import Trainer
+
+        return Trainer(model, rundir, device=self.device)
+
+    async def _engine_for(self, model: Model) -> Engine:
+        from .models import resolve_base_model
+
+        config = getattr(model, "config", None)
+        kind = self.engine_kind or getattr(config, "engine", None) or "transformers"
+        path = await asyncio.to_thread(resolve_base_model, model.base_model or "")
+        dtype = getattr(config, "dtype", "auto")
+        key = (str(path), kind, dtype)
+        if key not in self._engines:
+            if kind == "transformers":
+                from .engines.transformers_engine import TransformersEngine
+
+                engine: Engine = TransformersEngine(path, model_config=config, device=self.device)
+            elif kind == "vllm":
+                from .engines.vllm_engine import VLLMEngine
+
+                engine = VLLMEngine(path, model_config=config, python=self.vllm_python)
+            else:
+                raise ServiceError(f"unknown engine {kind!r}; use 'transformers' or 'vllm'")
+            await engine.start()
+            self._engines[key] = engine
+        return self._engines[key]
+
+    async def register(self, model: Model) -> _Entry:
+        """Set up serving (and for a trainable model, its trainer and newest checkpoint)."""
+        async with self._register_lock:
+            entry = self._entries.get(model.name)
+            if entry is not None:
+                if entry.model.base_model != model.base_model:
+                    raise ServiceError(
+                        f"model {model.name!r} is already registered on {entry.model.base_model!r}, not "
+                        f"{model.base_model!r}; pick another name", status=409, type="conflict_error")
+                return entry
+            if not model.base_model:
+                raise ServiceError(f"model {model.name!r} has no base_model; set it to a Hugging Face id, "
+                                   "a local folder or 'smollm2-135m'")
+            try:
+                engine = await self._engine_for(model)
+            except FileNotFoundError as exc:
+                raise ServiceError(str(exc), status=404, type="not_found_error") from exc
+            entry = _Entry(model=model, engine=engine)
+            if isinstance(model, TrainableModel) or model.trainable:
+                model = model if isinstance(model, TrainableModel) else TrainableModel.model_validate(model.model_dump())
+                entry.model = model
+                entry.rundir = RunDir(model.project, model.name, self.root)
+                entry.rundir.write_model(model.model_dump(mode="json"))
+                entry.trainer = await asyncio.to_thread(self.trainer_factory, model, entry.rundir)
+                entry.step = int(entry.trainer.step)
+                await self._load_and_verify(entry, entry.step)
+            self._entries[model.name] = entry
+            logger.info("registered %s (%s) at step %s", model.name, model.base_model, entry.step)
+            return entry
+
+    def entry(self, name: str) -> _Entry:
+        entry = self._entries.get(name)
+        if entry is None:
+            raise ServiceError(
+                f"model {name!r} is not registered here; registered: {sorted(self._entries)}. "
+                "Register it first (`await model.register(backend)`)", status=404, type="not_found_error")
+        return entry
+
+    def served_names(self) -> list[str]:
+        return sorted(self._entries)
+
+    # -- inference -----------------------------------------------------------------------------
+    def adapter_name(self, entry: _Entry, step: int) -> str:
+        return f"{entry.model.name}@{step}"
+
+    async def _adapter_for(self, entry: _Entry, pinned: int | None) -> tuple[str | None, int | None]:
+        if entry.trainer is None:
+            if pinned is not None:
+                raise ServiceError(f"model {entry.model.name!r} is not trainable; it has no steps to pin",
+                                   status=404, type="not_found_error")
+            return None, None
+        step = entry.step if pinned is None else pinned
+        assert step is not None and entry.rundir is not None
+        if step not in entry.loaded:
+            path = entry.rundir.checkpoint_path(step)
+            if not path.exists():
+                raise ServiceError(
+                    f"model {entry.model.name!r} has no checkpoint {step}; steps: {entry.rundir.checkpoint_steps()}",
+                    status=404, type="not_found_error")
+            await entry.engine.load_adapter(self.adapter_name(entry, step), path)
+            entry.loaded.add(step)
+        return self.adapter_name(entry, step), step
+
+    async def chat(self, served: str, request: ChatRequest) -> dict[str, Any]:
+        name, pinned = split_served_name(served)
+        entry = self.entry(name)
+        await entry.gate.enter()
+        try:
+            request.adapter, step = await self._adapter_for(entry, pinned)
+            request.model = served
+            body = await entry.engine.chat(request)
+            if step is not None:
+                body["art_step"] = step
+            return body
+        finally:
+            entry.gate.leave()
+
+    async def chat_stream(self, served: str, request: ChatRequest) -> AsyncIterator[dict[str, Any]]:
+        """Checks the name before the first chunk (so errors are HTTP errors), then streams."""
+        name, pinned = split_served_name(served)
+        entry = self.entry(name)
+        await entry.gate.enter()
+        try:
+            request.adapter, step = await self._adapter_for(entry, pinned)
+        except BaseException:
+            entry.gate.leave()
+            raise
+        request.model = served
+
+        async def chunks() -> AsyncIterator[dict[str, Any]]:
+            try:
+                async for chunk in entry.engine.chat_stream(request):
+                    if step is not None:
+                        chunk["art_step"] = step
+                    yield chunk
+            finally:
+                entry.gate.leave()
+
+        return chunks()
+
+    # -- training ------------------------------------------------------------------------------
+    def _trainable(self, name: str) -> _Entry:
+        entry = self.entry(name)
+        if entry.trainer is None:
+            raise ServiceError(f"model {name!r} is not a TrainableModel; only trainable models train")
+        return entry
+
+    def _tolerance(self, entry: _Entry) -> float:
+        if self.sync_tolerance is not None:
+            return self.sync_tolerance
+        dtype = getattr(getattr(entry.model, "config", None), "dtype", "auto")
+        full = dtype == "float32" or (dtype == "auto" and (self.device or "cpu").startswith("cpu"))
+        return 2e-3 if full else 0.1
+
+    def probe_ids(self, entry: _Entry) -> list[int]:
+        from .models import template_messages
+
+        trainer = entry.trainer
+        ids = trainer.tokenizer.apply_chat_template(
+            template_messages(_PROBE), chat_template=trainer.chat_template, tokenize=True, return_dict=False)
+        return list(ids["input_ids"] if isinstance(ids, dict) else ids)
+
+    async def _load_and_verify(self, entry: _Entry, step: int, path: Path | None = None) -> dict[str, float]:
+        """Load checkpoint `step` (or the adapter at `path`) as ``name@step`` and check the engine serves it."""
+        assert entry.rundir is not None
+        adapter = self.adapter_name(entry, step)
+        t0 = time.perf_counter()
+        await entry.engine.load_adapter(adapter, path or entry.rundir.checkpoint_path(step))
+        entry.loaded.add(step)
+        t_load = time.perf_counter() - t0
+        ids = self.probe_ids(entry)
+        served = await entry.engine.sequence_logprobs(ids, adapter)
+        trained = await asyncio.to_thread(entry.trainer.sequence_logprobs, ids, step)
+        n = min(len(served), len(trained))
+        diff = max((abs(a - b) for a, b in zip(served[-n:], trained[-n:], strict=True)), default=0.0)
+        tol = self._tolerance(entry)
+        if n == 0 or diff > tol:
+            entry.loaded.discard(step)
+            await entry.engine.unload_adapter(adapter)
+            raise WeightSyncError(
+                f"weight-sync check failed for {adapter}: the engine's logprobs on the probe differ from the "
+                f"trainer's for checkpoint {step} by up to {diff:.4g} (tolerance {tol:g}, {n} tokens); the engine "
+                "is not serving the trained weights, so this step is not served")
+        logger.info("%s: weight sync ok (max |dlogprob| %.2e, load %.3fs)", adapter, diff, t_load)
+        return {"weight_sync/max_abs_diff": diff, "time/load_adapter_s": t_load,
+                "time/swap_s": time.perf_counter() - t0}
+
+    async def _train(self, name: str, run: Callable[[Any, Progress], TrainResult], progress: Progress | None) -> TrainResult:
+        entry = self._trainable(name)
+        report = progress or (lambda _: None)
+        async with entry.train_lock:
+            report({"type": "progress", "phase": "hold", "done": 0, "total": 1})
+            await entry.gate.hold()
+            try:
+                result: TrainResult = await asyncio.to_thread(
+                    run, entry.trainer, lambda event: report({"type": "progress", **event}))
+                report({"type": "progress", "phase": "swap", "done": 0, "total": 1})
+                sync = await self._load_and_verify(entry, result.step)
+                entry.step = result.step
+                report({"type": "progress", "phase": "swap", "done": 1, "total": 1})
+                return TrainResult(step=result.step, metrics={**result.metrics, **sync})
+            finally:
+                entry.gate.resume()
+
+    async def train(self, name: str, groups: list[TrajectoryGroup], config: TrainConfig,
+                    progress: Progress | None = None) -> TrainResult:
+        return await self._train(name, lambda t, p: t.train(groups, config, progress=p), progress)
+
+    async def train_sft(self, name: str, trajectories: list[Trajectory], config: SFTConfig,
+                        progress: Progress | None = None) -> TrainResult:
+        return await self._train(name, lambda t, p: t.train_sft(trajectories, config, progress=p), progress)
+
+    async def get_step(self, name: str) -> int:
+        entry = self.entry(name)
+        return entry.step or 0
+
+    async def log(self, name: str, groups: list[TrajectoryGroup], split: str, step: int | None) -> dict[str, Any]:
+        entry = self._trainable(name)
+        assert entry.rundir is not None
+        step = (entry.step or 0) if step is None else step
+        metrics = group_metrics(groups)
+        await asyncio.to_thread(entry.rundir.write_trajectories, split, step, groups)
+        await asyncio.to_thread(entry.rundir.append_history, {"step": step, "split": split, "time": time.time(), **metrics})
+        return metrics
+
+    async def list_checkpoints(self, name: str) -> list[int]:
+        entry = self._trainable(name)
+        assert entry.rundir is not None
+        return entry.rundir.checkpoint_steps()
+
+    async def delete_checkpoints(self, name: str, steps: list[int] | None) -> list[int]:
+        entry = self._trainable(name)
+        assert entry.rundir is not None
+        existing = entry.rundir.checkpoint_steps()
+        newest = entry.step
+        targets = [s for s in existing if s != newest] if steps is None else [s for s in steps if s in existing]
+        if newest in targets:
+            raise ServiceError(f"checkpoint {newest} is the one being served and trained from; it cannot be deleted")
+        for step in targets:
+            if step in entry.loaded:
+                entry.loaded.discard(step)
+                await entry.engine.unload_adapter(self.adapter_name(entry, step))
+            entry.rundir.delete_checkpoint(step)
+        return targets
+
+    async def close(self) -> None:
+        for engine in self._engines.values():
+            try:
+                await engine.stop()
+            except EngineError:
+                logger.exception("stopping an engine failed")
+        self._engines.clear()
+        self._entries.clear()
