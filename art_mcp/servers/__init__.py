@@ -3,12 +3,14 @@
 - `notes`: a stateful notes store (SQLite in memory); each process starts empty.
 - `calculator`: stateless arithmetic and unit conversion.
 
-Run one with ``python -m art_mcp.servers.notes`` (stdio) or ``... --http PORT`` (streamable HTTP).
+Run one with ``python -m art_mcp.servers.notes`` (stdio) or ``... --http PORT`` (streamable HTTP);
+`bundled_server(name)` gives spawn parameters that start it fastest.
 """
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from mcp.client.stdio import StdioServerParameters
 
@@ -23,7 +25,8 @@ def bundled_server(name: str) -> StdioServerParameters:
     """
     if name not in BUNDLED:
         raise ValueError(f"no bundled MCP server named {name!r}; choose one of {', '.join(BUNDLED)}")
-    return StdioServerParameters(command=sys.executable, args=["-m", f"art_mcp.servers.{name}"])
+    # run by path, not with -m: importing the art_mcp package would add a second to every spawn
+    return StdioServerParameters(command=sys.executable, args=[str(Path(__file__).with_name(f"{name}.py"))])
 
 
 __all__ = ["BUNDLED", "bundled_server"]

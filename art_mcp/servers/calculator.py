@@ -1,7 +1,9 @@
 """A stateless MCP server: exact arithmetic and unit conversion."""
 
+# Run as a script, this file imports only the mcp SDK (not art_mcp), so it starts fast.
 from __future__ import annotations
 
+import argparse
 import ast
 import math
 import operator
@@ -105,7 +107,16 @@ def convert_units(value: float, from_unit: str, to_unit: str) -> float:
     return value * fa / fb
 
 
-if __name__ == "__main__":
-    from art_mcp.servers._run import run
+def main(argv: list[str] | None = None) -> None:
+    """Serve over stdio, or streamable HTTP on 127.0.0.1 with ``--http PORT``."""
+    parser = argparse.ArgumentParser(description=server.instructions)
+    parser.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP on 127.0.0.1:PORT")
+    args = parser.parse_args(argv)
+    if args.http is None:
+        server.run("stdio")
+    else:
+        server.run("streamable-http", host="127.0.0.1", port=args.http)
 
-    run(server)
+
+if __name__ == "__main__":
+    main()

@@ -4,8 +4,10 @@ Each process starts with an empty store, so isolation between rollouts is visibl
 one process is never seen by another.
 """
 
+# Run as a script, this file imports only the mcp SDK (not art_mcp), so it starts fast.
 from __future__ import annotations
 
+import argparse
 import sqlite3
 import threading
 from typing import Any
@@ -97,7 +99,16 @@ def search_notes(query: str) -> list[dict[str, Any]]:
     return [_note(r) for r in rows]
 
 
-if __name__ == "__main__":
-    from art_mcp.servers._run import run
+def main(argv: list[str] | None = None) -> None:
+    """Serve over stdio, or streamable HTTP on 127.0.0.1 with ``--http PORT``."""
+    parser = argparse.ArgumentParser(description=server.instructions)
+    parser.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP on 127.0.0.1:PORT")
+    args = parser.parse_args(argv)
+    if args.http is None:
+        server.run("stdio")
+    else:
+        server.run("streamable-http", host="127.0.0.1", port=args.http)
 
-    run(server)
+
+if __name__ == "__main__":
+    main()
