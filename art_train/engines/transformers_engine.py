@@ -97,6 +97,7 @@ class TransformersEngine:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()  # guards _models and _adapters between the worker and loaders
         self._stopping = False
+        self.stats = {"decode_steps": 0, "max_batch": 0, "prefills": 0}
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -424,6 +425,7 @@ class TransformersEngine:
         return rest
 
     def _prefill(self, model: Any, seqs: list[_Seq]) -> _Batch:
+        self.stats["prefills"] += 1
         width = max(len(s.prompt) for s in seqs)
         pad = self.tokenizer.pad_token_id or 0
         ids = torch.full((len(seqs), width), pad, dtype=torch.long)
@@ -442,6 +444,8 @@ class TransformersEngine:
         return batch
 
     def _decode_step(self, batch: _Batch) -> None:
+        self.stats["decode_steps"] += 1
+        self.stats["max_batch"] = max(self.stats["max_batch"], len(batch.seqs))
         ones = torch.ones((len(batch.seqs), 1), dtype=batch.mask.dtype, device=batch.mask.device)
         batch.mask = torch.cat([batch.mask, ones], dim=1)
         with torch.inference_mode():

@@ -1,0 +1,94 @@
+"""End to end over both backends: rollouts, a training step, the new step served, weight sync checked."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+import art_core as art
+from art_train import LocalBackend
+
+PROMPT = [{"role": "user", "content": "Say something."}]
+
+
+async def _logprobs_of_first_tokens(client, name: str) -> list[float]:
+    r = await client.chat.completions.create(model=name, messages=PROMPT, max_tokens=6, temperature=0)
+    return [c.logprob for c in r.choices[0].logprobs.content]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["local", "remote"])
+async def test_rollouts_train_and_serve_new_step(kind: str, tiny_model_path: Path, tmp_path: Path, art_serve: str) -> None:
+    backend = LocalBackend(path=tmp_path) if kind == "local" else art.RemoteBackend(art_serve)
+    model = art.TrainableModel(name=f"e2e-{kind}", project="serve", base_model=str(tiny_model_path))
+    try:
+        await model.register(backend)
+        assert await model.get_step() == 0
+        client = model.openai_client()
+        before = await _logprobs_of_first_tokens(client, model.served_name())
+
+        async def rollout(i: int) -> art.Trajectory:
+            with art.capture() as traj:
+                r = await client.chat.completions.create(
+                    model=model.served_name(), messages=PROMPT, max_tokens=8, temperature=1.0, seed=i)
+            traj.reward = float(len(r.choices[0].message.content or "") % 5)
+            return traj
+
+        groups = await art.gather_trajectory_groups(
+            [art.TrajectoryGroup(rollout(g * 4 + i) for i in range(4)) for g in range(2)], show_progress=False)
+        samples = [t.turns[-1]["sample"] for g in groups for t in g.trajectories]
+        assert all(len(s["token_ids"]) == len(s["logprobs"]) > 0 and s["step"] == 0 for s in samples)
+
+        result = await model.train(groups, config=art.TrainConfig(learning_rate=5e-2), verbose=False)
+        assert result.step == 1
+        assert result.metrics["weight_sync/max_abs_diff"] < 2e-3
+        assert await model.get_step() == 1
+        assert await model.list_checkpoints() == [0, 1]
+
+        r = await client.chat.completions.create(model=model.served_name(), messages=PROMPT, max_tokens=4)
+        assert r.model_extra["art_step"] == 1
+        after = await _logprobs_of_first_tokens(client, model.served_name())
+        pinned = await _logprobs_of_first_tokens(client, model.served_name(0))
+        assert pinned == pytest.approx(before, abs=1e-4)  # name@0 still serves step 0
+        assert max(abs(a - b) for a, b in zip(before, after, strict=False)) > 1e-2  # step 1 samples differently
+
+        assert await model.delete_checkpoints() == [0]
+        assert await model.list_checkpoints() == [1]
+        metrics = await model.log(groups, split="val")
+        assert metrics["trajectories"] == 8
+    finally:
+        await backend.close()
+
+
+async def test_local_backend_hold_makes_requests_wait_for_the_new_step(tiny_model_path: Path, tmp_path: Path) -> None:
+    backend = LocalBackend(path=tmp_path)
+    model = art.TrainableModel(name="held", project="serve", base_model=str(tiny_model_path))
+    await model.register(backend)
+    trainer = backend.service.entry("held").trainer
+    original = trainer.train
+
+    def slow_train(*args, **kwargs):  # the real step, made slow enough to send requests during it
+        import time
+
+        time.sleep(1.5)
+        return original(*args, **kwargs)
+
+    trainer.train = slow_train
+    client = model.openai_client()
+    try:
+        with art.capture() as traj:
+            await client.chat.completions.create(model=model.served_name(), messages=PROMPT, max_tokens=4)
+        traj.reward = 1.0
+        other = art.Trajectory(messages=traj.turns[:-1] + [art.assistant_turn("x", token_ids=[55], logprobs=[-1.0])])
+        group = art.TrajectoryGroup([traj, other])
+        training = asyncio.create_task(model.train([group], config=art.TrainConfig(learning_rate=1e-3), verbose=False))
+        await asyncio.sleep(0.5)
+        replies = await asyncio.gather(*[
+            client.chat.completions.create(model=model.served_name(), messages=PROMPT, max_tokens=4) for _ in range(4)])
+        assert training.done()  # the requests waited for the step
+        assert (await training).step == 1
+        assert [r.model_extra["art_step"] for r in replies] == [1, 1, 1, 1]
+    finally:
+        await backend.close()
