@@ -47,17 +47,20 @@ def capture(trajectory: Trajectory | None = None) -> Iterator[Trajectory]:
         _current.reset(token)
 
 
-def _normal(message: Message) -> str:
-    """A comparable form of a message: role, content and tool calls, nothing else."""
-    m = clean_message(message)
-    content = m.get("content")
+def _normal(message: Message) -> tuple[Any, ...]:
+    """A comparable form of a message: role, content and tool calls, nothing else.
+
+    A tuple, not a JSON string: equality is the same and it is several times cheaper (capture
+    runs on every LLM call; see benchmarks/capture_overhead.py).
+    """
+    content = message.get("content")
     if isinstance(content, list):  # content parts: keep the text
         content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
     calls = [
         (c.get("id"), (c.get("function") or {}).get("name"), _args((c.get("function") or {}).get("arguments")))
-        for c in m.get("tool_calls") or []
+        for c in message.get("tool_calls") or []
     ]
-    return json.dumps([m.get("role"), content or "", calls, m.get("tool_call_id")], sort_keys=True, default=str)
+    return (message.get("role"), content or "", calls, message.get("tool_call_id"))
 
 
 def _args(arguments: Any) -> Any:
@@ -69,10 +72,11 @@ def _args(arguments: Any) -> Any:
     return arguments
 
 
-def _extends(history: list[Message], request: list[Message]) -> bool:
+def _extends(history: list[Message], request: list[tuple[Any, ...]]) -> bool:
+    """Whether ``request`` (already normalised) starts with ``history``."""
     if len(history) > len(request):
         return False
-    return all(_normal(a) == _normal(b) for a, b in zip(history, request, strict=False))
+    return all(_normal(a) == b for a, b in zip(history, request, strict=False))
 
 
 def record_completion(
@@ -98,11 +102,12 @@ def record_completion(
             sample = sample.model_copy(update={"node": _node.get()})
         reply[SAMPLE_KEY] = sample.model_dump(exclude_none=True)
     request = [dict(m) for m in request_messages]
+    normal_request = [_normal(m) for m in request]
 
     candidates: list[tuple[int, list[Message], History | None]] = [(len(traj.turns), traj.turns, None)]
     candidates += [(len(h.turns), h.turns, h) for h in traj.additional_histories]
     best = max(
-        (c for c in candidates if _extends(c[1], request)),
+        (c for c in candidates if _extends(c[1], normal_request)),
         key=lambda c: c[0],
         default=None,
     )
@@ -114,7 +119,7 @@ def record_completion(
         if joined is None:
             if tools:
                 traj.tools = tools
-            return History(messages=traj.turns, tools=traj.tools)
+            return History.model_construct(turns=traj.turns, tools=traj.tools)  # a view: no re-validation
         if tools:
             joined.tools = tools
         return joined
