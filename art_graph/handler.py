@@ -94,6 +94,11 @@ class CaptureHandler(BaseCallbackHandler):
 
     run_inline = True  # cheap and thread-safe: no executor hop per event
     raise_error = False  # capture must never break the user's graph
+    # Events this handler has no use for are not dispatched to it at all (tool events come as "agent").
+    ignore_chain = True
+    ignore_retriever = True
+    ignore_retry = True
+    ignore_custom_event = True
 
     def __init__(
         self, trajectory: Trajectory | None = None, *, trainable_nodes: set[str] | None = None
@@ -105,6 +110,9 @@ class CaptureHandler(BaseCallbackHandler):
         self._tool_results: list[tuple[Trajectory, dict[str, Any]]] = []
         self._lock = threading.Lock()
         self._warned_no_ids = False
+        # id(message) -> (message, its content, its OpenAI dict): a graph's state hands the same message objects
+        # to every later call, so each is converted once. The message is kept so its id stays unique.
+        self._converted: dict[int, tuple[BaseMessage, Any, dict[str, Any]]] = {}
 
     def _target(self) -> Trajectory | None:
         if self.trajectory is not None:
@@ -135,9 +143,20 @@ class CaptureHandler(BaseCallbackHandler):
         if trainable and self.trainable_nodes is not None and node not in self.trainable_nodes:
             trainable = False
         model = metadata.get(MODEL_KEY) or params.get("model") or params.get("model_name")
-        call = _Call(to_openai(messages[0]), params.get("tools"), node, trainable, model, trajectory)
+        call = _Call(self._to_openai(messages[0]), params.get("tools"), node, trainable, model, trajectory)
         with self._lock:
             self._calls[run_id] = call
+
+    def _to_openai(self, messages: list[BaseMessage]) -> list[dict[str, Any]]:
+        out = []
+        with self._lock:
+            for m in messages:
+                hit = self._converted.get(id(m))
+                if hit is None or hit[0] is not m or hit[1] is not m.content:  # new, or content reassigned
+                    hit = (m, m.content, to_openai([m])[0])
+                    self._converted[id(m)] = hit
+                out.append(hit[2])
+        return out
 
     def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
         with self._lock:
