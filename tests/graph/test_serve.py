@@ -1,0 +1,80 @@
+"""A real graph against ART's own server (LocalBackend, tiny random model): token ids and a training step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+from langgraph.graph import END, START, MessagesState, StateGraph
+
+import art_core as art
+import art_graph
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from art_train.models import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.getbasetemp() / "graph-tiny-llama")
+
+
+@pytest.mark.slow
+async def test_captured_token_ids_are_the_engines_and_train(tiny_model: Path, tmp_path: Path) -> None:
+    from art_train import LocalBackend
+
+    bodies: list[dict] = []
+
+    async def keep_body(response: httpx.Response) -> None:  # what the engine sent, before LangChain parses it
+        await response.aread()
+        bodies.append(response.json())
+
+    backend = LocalBackend(path=tmp_path)
+    model = art.TrainableModel(name="graph-e2e", project="graph", base_model=str(tiny_model))
+    await model.register(backend)
+    try:
+        llm = art_graph.chat_model(
+            model, max_tokens=6, temperature=1.0,
+            http_async_client=httpx.AsyncClient(event_hooks={"response": [keep_body]}),
+        )
+
+        async def answer(state: MessagesState) -> dict:
+            return {"messages": [await llm.ainvoke(state["messages"])]}
+
+        async def check(state: MessagesState) -> dict:
+            return {"messages": [await llm.ainvoke([*state["messages"], ("user", "Are you sure?")])]}
+
+        g = StateGraph(MessagesState)
+        g.add_node("answer", answer)
+        g.add_node("check", check)
+        g.add_edge(START, "answer")
+        g.add_edge("answer", "check")
+        g.add_edge("check", END)
+        graph = g.compile()
+
+        @art_graph.rollout(trainable_nodes={"answer", "check"})
+        async def run(i: int) -> float:
+            state = await graph.ainvoke({"messages": [("user", f"Say a number {i}.")]})
+            return float(len(state["messages"][1].content) % 3)
+
+        groups = await art.gather_trajectory_groups(
+            [art.TrajectoryGroup(run(g * 2 + i) for i in range(2)) for g in range(2)], show_progress=False
+        )
+        trajectories = [t for g in groups for t in g.trajectories]
+        assert len(trajectories) == 4 and not any(g.exceptions for g in groups)
+
+        sent = [(b["choices"][0]["token_ids"], [c["logprob"] for c in b["choices"][0]["logprobs"]["content"]]) for b in bodies]
+        captured = [
+            (s.token_ids, s.logprobs) for t in trajectories for _, s in sorted(t.samples(), key=lambda x: x[0])
+        ]
+        assert len(captured) == len(sent) == 8
+        for ids, logprobs in captured:
+            assert (ids, logprobs) in sent  # the exact ids and logprobs the engine sampled
+        for t in trajectories:
+            assert [art.message_sample(m).node for m in t.turns if m["role"] == "assistant"] == ["answer", "check"]
+            assert t.metadata["capture"]["turns_without_token_ids"] == 0
+
+        result = await model.train(groups, config=art.TrainConfig(learning_rate=1e-2), verbose=False)
+        assert result.step == 1
+    finally:
+        await backend.close()
