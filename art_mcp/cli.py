@@ -1,0 +1,294 @@
+"""`art autorl`: a zero-data run on an MCP server.
+
+Generate tasks from the server's tool schemas -> split train / validation -> roll out the agent on
+the validation tasks (before) -> for each step: rollouts on a batch of training tasks, score each
+group with RULER, train -> roll out on the validation tasks again (after) -> score each validation
+task's before and after rollouts together in one RULER group, so the comparison is one judge's
+relative call -> report both, and write ``report.json``.
+
+`ruler` and `art_train` are imported here, when the command runs, never by ``import art_mcp``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from art_core import (
+    ModelConfig,
+    RemoteBackend,
+    TrainableModel,
+    TrainConfig,
+    Trajectory,
+    TrajectoryGroup,
+    atomic_write_text,
+    gather_trajectory_groups,
+)
+
+from .agent import rollout
+from .autorl import Task, generate_tasks, load_tasks, save_tasks, split_tasks
+from .pool import ServerPool
+from .servers import BUNDLED, bundled_server
+from .session import ServerSpec, connect
+
+console = Console(stderr=True)
+logger = logging.getLogger(__name__)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="art autorl",
+        description="Train an agent on an MCP server's tools from zero data: generate tasks, roll out, "
+        "score with RULER, train, and compare held-out tasks before and after.",
+    )
+    p.add_argument(
+        "--mcp",
+        required=True,
+        help=f"server: a command line, an http(s):// URL, or bundled:NAME ({', '.join(BUNDLED)})",
+    )
+    p.add_argument(
+        "--generator", required=True, help="litellm model that writes the tasks, e.g. openai/gpt-4.1"
+    )
+    p.add_argument("--judge", required=True, help="litellm model that scores groups (RULER)")
+    p.add_argument("--base-model", required=True, help="model to train: HF id, local folder or smollm2-135m")
+    p.add_argument("--generator-api-base", help="api_base for the generator (an OpenAI-compatible URL)")
+    p.add_argument("--generator-api-key", help="api_key for the generator")
+    p.add_argument("--judge-api-base", help="api_base for the judge")
+    p.add_argument("--judge-api-key", help="api_key for the judge")
+    p.add_argument("--backend", help="URL of an `art serve` backend (default: LocalBackend in this process)")
+    p.add_argument("--backend-api-key", help="API key of that backend")
+    p.add_argument("--tasks", help="JSONL of tasks to use instead of generating them")
+    p.add_argument("--num-tasks", type=int, default=24, help="tasks to generate (default 24)")
+    p.add_argument("--instructions", help="extra guidance for the task generator")
+    p.add_argument(
+        "--val-fraction", type=float, default=0.25, help="held-out share of the tasks (default 0.25)"
+    )
+    p.add_argument("--steps", type=int, default=4, help="training steps (default 4)")
+    p.add_argument("--tasks-per-step", type=int, default=4, help="groups per training step (default 4)")
+    p.add_argument("--group-size", type=int, default=4, help="rollouts per task (default 4)")
+    p.add_argument(
+        "--eval-rollouts", type=int, default=2, help="rollouts per held-out task, before and after"
+    )
+    p.add_argument("--learning-rate", type=float, default=1e-5)
+    p.add_argument("--max-turns", type=int, default=6, help="model calls per rollout (default 6)")
+    p.add_argument("--max-tokens", type=int, default=256, help="tokens per model call (default 256)")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--isolation", choices=["per_rollout", "shared"], default="per_rollout")
+    p.add_argument("--max-processes", type=int, default=4, help="live MCP server processes at most")
+    p.add_argument("--concurrency", type=int, default=8, help="rollouts at once")
+    p.add_argument("--chat-template", help="chat template for the base model (text or a TRL template name)")
+    p.add_argument("--project", default="autorl")
+    p.add_argument("--name", default="mcp-agent", help="model name")
+    p.add_argument(
+        "--output", default="autorl-run", help="folder for tasks, the run directory and report.json"
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    return p
+
+
+def server_spec(text: str) -> ServerSpec:
+    if text.startswith("bundled:"):
+        return bundled_server(text.removeprefix("bundled:"))
+    return text
+
+
+def _params(api_base: str | None, api_key: str | None) -> dict[str, Any]:
+    return {k: v for k, v in {"api_base": api_base, "api_key": api_key}.items() if v}
+
+
+async def _rollouts(
+    model: TrainableModel,
+    pool: ServerPool,
+    tasks: list[Task],
+    n: int,
+    args: argparse.Namespace,
+    desc: str,
+    after_each: Any = None,
+) -> list[TrajectoryGroup]:
+    def one(task: Task) -> Any:
+        return rollout(
+            model,
+            pool,
+            task,
+            max_turns=args.max_turns,
+            max_tokens=args.max_tokens,
+            temperature=args.temperature,
+        )
+
+    groups = [TrajectoryGroup((one(t) for _ in range(n)), metadata={"task_id": t.id}) for t in tasks]
+    return await gather_trajectory_groups(
+        groups, max_exceptions=0.5, max_concurrency=args.concurrency, after_each=after_each, pbar_desc=desc
+    )
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    import litellm
+
+    import ruler  # a sibling plugin: imported only when the command runs
+
+    litellm.suppress_debug_info = True  # its "Provider List" banners would break up the progress output
+
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    spec = server_spec(args.mcp)
+    judge_params = _params(args.judge_api_base, args.judge_api_key)
+    t0 = time.time()
+
+    # 1. tasks
+    if args.tasks:
+        tasks = load_tasks(args.tasks)
+        console.print(f"[bold]tasks[/bold]: loaded {len(tasks)} from {args.tasks}")
+    else:
+        console.print(f"[bold]tasks[/bold]: asking {args.generator} for {args.num_tasks} tasks")
+        async with connect(spec) as session:
+            console.print(f"  {session.label}: tools {', '.join(session.tool_names())}")
+            tasks = await generate_tasks(
+                session,
+                args.num_tasks,
+                generator=args.generator,
+                instructions=args.instructions,
+                litellm_params=_params(args.generator_api_base, args.generator_api_key),
+            )
+    train, val = split_tasks(tasks, val_fraction=args.val_fraction, seed=args.seed)
+    save_tasks(out / "tasks.train.jsonl", train)
+    save_tasks(out / "tasks.val.jsonl", val)
+    console.print(f"  {len(train)} training and {len(val)} held-out tasks written to {out}")
+
+    # 2. model and backend
+    if args.backend:
+        backend: Any = RemoteBackend(args.backend, api_key=args.backend_api_key)
+    else:
+        from art_train import LocalBackend  # the bundled backend: only when no remote one is given
+
+        backend = LocalBackend(path=out / ".art")
+    config = ModelConfig(chat_template=args.chat_template) if args.chat_template else ModelConfig()
+    model = TrainableModel(name=args.name, project=args.project, base_model=args.base_model, config=config)
+    console.print(f"[bold]model[/bold]: registering {args.name} on {args.base_model}")
+    await model.register(backend)
+
+    async def score(group: TrajectoryGroup) -> TrajectoryGroup | None:
+        return await ruler.score_group(
+            group, judge=args.judge, litellm_params=judge_params, swallow_exceptions=True
+        )
+
+    try:
+        async with ServerPool(spec, isolation=args.isolation, max_processes=args.max_processes) as pool:
+            # 3. held-out rollouts before training
+            console.print(f"[bold]eval before[/bold]: {len(val)} tasks x {args.eval_rollouts}")
+            before = await _rollouts(model, pool, val, args.eval_rollouts, args, "eval before")
+            # 4. training
+            history = []
+            for step in range(args.steps):
+                batch = [
+                    train[(step * args.tasks_per_step + i) % len(train)] for i in range(args.tasks_per_step)
+                ]
+                console.print(
+                    f"[bold]step {step + 1}/{args.steps}[/bold]: {len(batch)} tasks x {args.group_size}"
+                )
+                groups = await _rollouts(model, pool, batch, args.group_size, args, f"step {step + 1}", score)
+                if not groups:
+                    console.print("  [yellow]the judge scored no group; skipping this step[/yellow]")
+                    continue
+                rewards = [t.reward for g in groups for t in g.trajectories]
+                result = await model.train(groups, config=TrainConfig(learning_rate=args.learning_rate))
+                history.append(
+                    {"step": result.step, "reward": statistics.fmean(rewards), "groups": len(groups)}
+                )
+                console.print(f"  trained step {result.step}: mean RULER reward {history[-1]['reward']:.3f}")
+            # 5. held-out rollouts after training, judged together with the ones before
+            console.print(f"[bold]eval after[/bold]: {len(val)} tasks x {args.eval_rollouts}")
+            after = await _rollouts(model, pool, val, args.eval_rollouts, args, "eval after")
+        report = await _compare(before, after, score)
+        final_step = await model.get_step()
+        await model.log([g for g in (*before, *after) if g.trajectories], split="val", step=final_step)
+    finally:
+        await backend.close()
+
+    report.update(
+        {
+            "history": history,
+            "step": final_step,
+            "tasks": {"train": len(train), "val": len(val)},
+            "seconds": round(time.time() - t0, 1),
+            "output": str(out),
+        }
+    )
+    atomic_write_text(out / "report.json", json.dumps(report, indent=2) + "\n")
+    _print_report(report)
+    return report
+
+
+async def _compare(before: list[TrajectoryGroup], after: list[TrajectoryGroup], score: Any) -> dict[str, Any]:
+    """Judge each held-out task's before and after rollouts in one group; mean score per phase."""
+    by_task: dict[str, dict[str, list[Trajectory]]] = {}
+    for phase, groups in (("before", before), ("after", after)):
+        for g in groups:
+            for t in g.trajectories:
+                t.metadata["phase"] = phase
+                by_task.setdefault(g.metadata["task_id"], {"before": [], "after": []})[phase].append(t)
+    scores: dict[str, list[float]] = {"before": [], "after": []}
+    other: dict[str, list[float]] = {"before": [], "after": []}
+    for task_id, phases in by_task.items():
+        joint = TrajectoryGroup([*phases["before"], *phases["after"]], metadata={"task_id": task_id})
+        judged = await score(joint)
+        if judged is None:
+            continue
+        for t in judged.trajectories:
+            scores[t.metadata["phase"]].append(t.reward)
+    for phase, groups in (("before", before), ("after", after)):
+        other[phase] = [float(t.metrics.get("finished", False)) for g in groups for t in g.trajectories]
+    mean = lambda xs: round(statistics.fmean(xs), 4) if xs else None  # noqa: E731
+    return {
+        "val_ruler_before": mean(scores["before"]),
+        "val_ruler_after": mean(scores["after"]),
+        "val_finished_before": mean(other["before"]),
+        "val_finished_after": mean(other["after"]),
+        "val_scored": {k: len(v) for k, v in scores.items()},
+    }
+
+
+def _print_report(report: dict[str, Any]) -> None:
+    table = Table(title="held-out tasks, before vs after training")
+    table.add_column("metric")
+    table.add_column("before", justify="right")
+    table.add_column("after", justify="right")
+    for label, key in (("RULER score (judged together)", "val_ruler"), ("finished the task", "val_finished")):
+        table.add_row(label, str(report[f"{key}_before"]), str(report[f"{key}_after"]))
+    console.print(table)
+    console.print(f"step {report['step']}, {report['seconds']} s; report: {report['output']}/report.json")
+
+
+def autorl_main(argv: list[str] | None = None) -> int:
+    """Entry point for ``art autorl`` (called by the `art` CLI)."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        asyncio.run(run(args))
+    except KeyboardInterrupt:
+        console.print("[red]interrupted[/red]")
+        return 130
+    except Exception as exc:  # the CLI's last stop: show the cause, not a traceback
+        logger.debug("autorl failed", exc_info=True)
+        console.print(f"[red]art autorl failed: {type(exc).__name__}: {exc}[/red]")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(autorl_main())
+
+__all__ = ["autorl_main", "build_parser", "run"]
