@@ -214,7 +214,6 @@ def test_multiple_batches_and_epochs_use_old_policy(trainer: Trainer) -> None:
 def test_sft_raises_target_probability(trainer: Trainer) -> None:
     messages = [{"role": "user", "content": "capital?"}, {"role": "assistant", "content": "Paris"}]
     trajectories = [art.Trajectory(messages=messages) for _ in range(4)]
-    tok = trainer.tokenizer
     ids = _render_ids(trainer, messages)
     before = sum(trainer.sequence_logprobs(ids))
     for _ in range(3):
