@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from art_core import Trajectory, TrajectoryGroup, capture, gather_trajectory_groups
 
 import art_mcp
+from art_core import Trajectory, TrajectoryGroup, capture, gather_trajectory_groups
 
 from .conftest import alive
 
@@ -21,7 +21,9 @@ async def _notes_seen(pool: art_mcp.ServerPool, title: str) -> list[str]:
 
 
 async def test_per_rollout_isolation_has_no_state_leaks():
-    async with art_mcp.ServerPool(art_mcp.bundled_server("notes"), isolation="per_rollout", max_processes=2) as pool:
+    async with art_mcp.ServerPool(
+        art_mcp.bundled_server("notes"), isolation="per_rollout", max_processes=2
+    ) as pool:
         seen = [await _notes_seen(pool, f"note {i}") for i in range(3)]
         assert pool.started == 3
     assert seen == [[], [], []]
@@ -87,7 +89,9 @@ async def test_crash_fails_only_that_rollout(flaky):
 
     async with art_mcp.ServerPool(flaky, max_processes=3) as pool:
         groups = await gather_trajectory_groups(
-            [TrajectoryGroup(rollout(pool, crash=i == 1) for i in range(3))], max_exceptions=1, show_progress=False
+            [TrajectoryGroup(rollout(pool, crash=i == 1) for i in range(3))],
+            max_exceptions=1,
+            show_progress=False,
         )
     [group] = groups
     assert len(group.trajectories) == 2 and [e.type for e in group.exceptions] == ["ServerCrashed"]

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import pytest
-from art_core import Model, TrainableModel, message_sample
-from tests.support.scripted_openai import ScriptedOpenAI
 
 import art_mcp
+from art_core import Model, TrainableModel, message_sample
+from tests.support.scripted_openai import ScriptedOpenAI
 
 
 def _model(server: ScriptedOpenAI, trainable: bool = False) -> Model:
     if trainable:
-        return TrainableModel(name="agent", base_model="tiny", inference_base_url=server.url, inference_api_key="x")
-    return Model(name="agent", inference_base_url=server.url, inference_api_key="x", inference_model_name="scripted")
+        return TrainableModel(
+            name="agent", base_model="tiny", inference_base_url=server.url, inference_api_key="x"
+        )
+    return Model(
+        name="agent", inference_base_url=server.url, inference_api_key="x", inference_model_name="scripted"
+    )
 
 
 def _call(name: str, **args: object) -> dict:
@@ -69,7 +73,9 @@ async def test_plain_answer_ends_and_errors_reach_the_model():
 async def test_max_turns_stops_the_loop():
     with ScriptedOpenAI(_call("calculate", expression="1+1")) as llm:
         async with art_mcp.connect(art_mcp.bundled_server("calculator")) as session:
-            traj = await art_mcp.rollout(_model(llm), session, "Loop forever", max_turns=3, system_prompt="Be brief.")
+            traj = await art_mcp.rollout(
+                _model(llm), session, "Loop forever", max_turns=3, system_prompt="Be brief."
+            )
             with pytest.raises(ValueError, match="max_turns must be at least 1"):
                 await art_mcp.rollout(_model(llm), session, "x", max_turns=0)
             with pytest.raises(ValueError, match="the task has no text"):
@@ -83,7 +89,9 @@ async def test_trainable_model_turns_keep_samples_and_pool_sessions():
     script = [_call("convert_units", value=5, from_unit="km", to_unit="m"), {"content": "5000 m"}]
     with ScriptedOpenAI(script) as llm:
         async with art_mcp.ServerPool(art_mcp.bundled_server("calculator"), isolation="shared") as pool:
-            traj = await art_mcp.rollout(_model(llm, trainable=True), pool, "5 km in metres?", temperature=0.7)
+            traj = await art_mcp.rollout(
+                _model(llm, trainable=True), pool, "5 km in metres?", temperature=0.7
+            )
     assert llm.requests[0]["logprobs"] is True and llm.requests[0]["temperature"] == 0.7
     samples = [message_sample(m) for m in traj.turns if m["role"] == "assistant"]
     assert all(s is not None and s.token_ids and len(s.logprobs) == len(s.token_ids) for s in samples)

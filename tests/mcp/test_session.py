@@ -7,10 +7,10 @@ import json
 import sys
 
 import pytest
-from art_core import Trajectory, assistant_turn, capture
 from mcp.client.stdio import StdioServerParameters
 
 import art_mcp
+from art_core import Trajectory, assistant_turn, capture
 
 from .conftest import alive
 
@@ -40,7 +40,14 @@ async def test_openai_tools_from_input_schema():
         with pytest.raises(ValueError, match="unknown tools \\['nope'\\]"):
             session.openai_tools(include=["nope"])
     by_name = {t["function"]["name"]: t for t in tools}
-    assert set(by_name) == {"add_note", "get_note", "update_note", "delete_note", "list_notes", "search_notes"}
+    assert set(by_name) == {
+        "add_note",
+        "get_note",
+        "update_note",
+        "delete_note",
+        "list_notes",
+        "search_notes",
+    }
     add = by_name["add_note"]
     assert add["type"] == "function"
     assert add["function"]["parameters"]["required"] == ["title", "body"]
@@ -135,7 +142,9 @@ async def test_start_errors_name_the_problem():
         async with art_mcp.connect("no-such-mcp-server-binary --flag"):
             pass
     script = "import sys; print('missing API key', file=sys.stderr); sys.exit(2)"
-    with pytest.raises(art_mcp.ServerStartError, match="before the MCP handshake finished(.|\n)*missing API key"):
+    with pytest.raises(
+        art_mcp.ServerStartError, match="before the MCP handshake finished(.|\n)*missing API key"
+    ):
         async with art_mcp.connect([sys.executable, "-c", script]):
             pass
     hang = "import time; time.sleep(30)"
