@@ -167,7 +167,7 @@ class CaptureHandler(BaseCallbackHandler):
         message = getattr(generation, "message", None)
         if message is None:
             return
-        reply = to_openai([message])[0]
+        reply = self._to_openai([message])[0]  # cached: the graph's state will hand this message back
         sample = self._sample(call, generation.generation_info or {}, response.llm_output or {})
         with self._lock:
             record_completion(
@@ -188,8 +188,9 @@ class CaptureHandler(BaseCallbackHandler):
                     call.node,
                 )
             return None
-        step = _step_from_model_name(llm_output.get("model_name"))
-        return sample.model_copy(update={"node": call.node, "step": step})
+        sample.node = call.node  # plain attribute sets: the values are already valid
+        sample.step = _step_from_model_name(llm_output.get("model_name"))
+        return sample
 
     def _count(self, call: _Call, reply: dict[str, Any], sample: Sample | None) -> None:
         s = self.stats
@@ -225,14 +226,16 @@ class CaptureHandler(BaseCallbackHandler):
         """Add tool results that no later request carried (say, the run ended on a tool)."""
         with self._lock:
             pending, self._tool_results = self._tool_results, []
+            seen: dict[int, set[str]] = {}
             for trajectory, message in pending:
-                seen = {
-                    m.get("tool_call_id")
-                    for h in trajectory.histories()
-                    for m in h.turns
-                    if m.get("role") == "tool"
-                }
-                if message.get("tool_call_id") not in seen:
+                if id(trajectory) not in seen:
+                    seen[id(trajectory)] = {
+                        m.get("tool_call_id")
+                        for turns in [trajectory.turns, *(h.turns for h in trajectory.additional_histories)]
+                        for m in turns
+                        if m.get("role") == "tool"
+                    }
+                if message.get("tool_call_id") not in seen[id(trajectory)]:
                     content = message.get("content")
                     record_tool_result(
                         message["tool_call_id"],
@@ -245,10 +248,10 @@ class CaptureHandler(BaseCallbackHandler):
         """The short capture report stored in ``trajectory.metadata["capture"]``."""
         s = self.stats
         trajectory = trajectory if trajectory is not None else self.trajectory
-        histories = trajectory.histories() if trajectory is not None else []
+        histories = [trajectory.turns, *(h.turns for h in trajectory.additional_histories)] if trajectory else []
         return {
             "calls": s.calls,
-            "histories": sum(1 for h in histories if h.turns),
+            "histories": sum(1 for turns in histories if turns),
             "trainable_turns": s.trainable_turns,
             "context_turns": s.context_turns,
             "turns_without_token_ids": s.turns_without_token_ids,
