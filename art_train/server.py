@@ -47,6 +47,7 @@ class ChatCompletionBody(BaseModel):
     logprobs: bool | None = None
     top_logprobs: int | None = Field(None, ge=0, le=20)
     return_tokens_as_token_ids: bool = False
+    ignore_eos: bool = False
 
     def to_request(self) -> ChatRequest:
         for i, m in enumerate(self.messages):
@@ -61,6 +62,7 @@ class ChatCompletionBody(BaseModel):
             seed=self.seed,
             n=self.n,
             top_logprobs=self.top_logprobs or 0,
+            ignore_eos=self.ignore_eos,
         )
         tools = self.tools if self.tools and self.tool_choice != "none" else None
         return ChatRequest(messages=self.messages, model=self.model, tools=tools, tool_choice=self.tool_choice,

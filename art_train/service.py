@@ -19,7 +19,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from art_core import Model, RunDir, SFTConfig, TrainableModel, TrainConfig, TrainResult, Trajectory, TrajectoryGroup
+from art_core import (
+    Model,
+    RunDir,
+    SFTConfig,
+    TrainableModel,
+    TrainConfig,
+    TrainResult,
+    Trajectory,
+    TrajectoryGroup,
+)
 from art_core.metrics import group_metrics
 
 from .engines.base import ChatRequest, Engine, EngineError, Gate
@@ -246,6 +255,9 @@ class ModelService:
     def _tolerance(self, entry: _Entry) -> float:
         if self.sync_tolerance is not None:
             return self.sync_tolerance
+        engine_tol = getattr(entry.engine, "sync_tolerance", None)
+        if engine_tol is not None:
+            return float(engine_tol)
         dtype = getattr(getattr(entry.model, "config", None), "dtype", "auto")
         full = dtype == "float32" or (dtype == "auto" and (self.device or "cpu").startswith("cpu"))
         return 2e-3 if full else 0.1

@@ -33,6 +33,7 @@ class SamplingParams:
     seed: int | None = None
     n: int = 1
     top_logprobs: int = 0
+    ignore_eos: bool = False  # vLLM's extension: generate max_tokens whatever comes (benchmarks)
 
 
 @dataclass

@@ -328,7 +328,7 @@ class TransformersEngine:
     def _logprobs(self, seq: _Seq, start: int, end: int, request: ChatRequest) -> dict[str, Any]:
         content = []
         for i in range(start, end):
-            tid, token = seq.tokens[i], self._token_str(seq.tokens[i], request)
+            token = self._token_str(seq.tokens[i], request)
             entry: dict[str, Any] = {"token": token, "logprob": seq.logprobs[i],
                                      "bytes": list(token.encode("utf-8")), "top_logprobs": []}
             if seq.top:
@@ -468,7 +468,7 @@ class TransformersEngine:
             if p.top_logprobs:
                 values, idx = logp[i].topk(p.top_logprobs)
                 seq.top.append(list(zip(idx.tolist(), values.tolist(), strict=True)))
-            if tid in self.eos_ids:
+            if tid in self.eos_ids and not p.ignore_eos:
                 seq.finish_reason = "stop"
             elif p.stop:
                 text = self._decode(seq.tokens)

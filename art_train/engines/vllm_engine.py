@@ -1,0 +1,281 @@
+"""The vLLM engine: `vllm.entrypoints.openai.api_server` in its own process, adapters loaded at run time.
+
+The server runs under any interpreter (``ART_VLLM_PYTHON``, e.g. ``.venv-vllm/bin/python`` from
+``scripts/setup_vllm.sh``), in its own process group, and is stopped by its pid. A watchdog
+restarts it if it dies and loads the adapters again. Requests are forwarded with
+``logprobs`` and ``return_token_ids`` so every choice carries what was sampled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from .base import ChatRequest, EngineError, Gate
+
+__all__ = ["VLLMEngine"]
+
+logger = logging.getLogger(__name__)
+
+BASE_NAME = "base"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _on_gpu() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except ImportError:
+        return False
+
+
+class VLLMEngine:
+    """Serves a base model and LoRA adapters through a vLLM OpenAI server in a child process.
+
+    Example:
+        engine = VLLMEngine("/models/smollm2", python=".venv-vllm/bin/python")
+        await engine.start()
+    """
+
+    def __init__(
+        self,
+        base_model: str | Path,
+        *,
+        model_config: Any = None,
+        python: str | None = None,
+        port: int | None = None,
+        extra_args: list[str] | None = None,
+        startup_timeout: float = 600.0,
+    ) -> None:
+        self.base_model = str(base_model)
+        self.model_config = model_config
+        self.python = python or os.environ.get("ART_VLLM_PYTHON") or sys.executable
+        self.port = port or _free_port()
+        self.extra_args = list(extra_args or [])
+        self.startup_timeout = startup_timeout
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.gpu = _on_gpu()
+        self.sync_tolerance = 0.02 if self.gpu else 0.25  # bfloat16 on CPU
+        self.gate = Gate()
+        self._adapters: dict[str, Path] = {}
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._client = httpx.AsyncClient(base_url=self.url, timeout=httpx.Timeout(600.0, connect=10.0))
+        self._watchdog: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._restart_lock = asyncio.Lock()
+        self.log_path = Path(tempfile.gettempdir()) / f"art-vllm-{self.port}.log"
+
+    # -- process -------------------------------------------------------------------------------
+    def _command(self, template_file: Path) -> list[str]:
+        rank = max(8, int(getattr(self.model_config, "lora_rank", 8) or 8))
+        rank = 1 << (rank - 1).bit_length()  # vLLM accepts powers of two
+        max_len = int(getattr(self.model_config, "max_seq_len", 2048) or 2048)
+        args = [
+            self.python, "-m", "vllm.entrypoints.openai.api_server",
+            "--model", self.base_model, "--served-model-name", BASE_NAME,
+            "--host", "127.0.0.1", "--port", str(self.port),
+            "--max-model-len", str(min(max_len, 4096)),
+            "--enable-lora", "--max-lora-rank", str(rank), "--max-loras", "4",
+            "--enable-auto-tool-choice",
+            "--tool-call-parser", getattr(self.model_config, "tool_parser", None) or "hermes",
+            "--chat-template", str(template_file),
+        ]
+        if not self.gpu:
+            args += ["--dtype", "bfloat16", "--enforce-eager"]
+        return args + self.extra_args
+
+    def _spawn(self) -> None:
+        env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+        if not self.gpu:
+            env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
+        self._proc = subprocess.Popen(self._command(self._template_file), env=env, stdout=log,
+                                      stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        logger.info("started vLLM (pid %d) on %s, log %s", self._proc.pid, self.url, self.log_path)
+
+    async def _wait_ready(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.startup_timeout
+        while loop.time() < deadline:
+            if self._proc is None or self._proc.poll() is not None:
+                tail = self.log_path.read_text(errors="replace")[-3000:] if self.log_path.exists() else ""
+                raise EngineError(f"vLLM exited during startup (interpreter {self.python}); log tail:\n{tail}",
+                                  status=503, type="server_error")
+            with contextlib.suppress(httpx.HTTPError):
+                if (await self._client.get("/health", timeout=2)).status_code == 200:
+                    return
+            await asyncio.sleep(1.0)
+        raise EngineError(f"vLLM did not become ready in {self.startup_timeout:.0f}s; see {self.log_path}", status=503)
+
+    async def start(self) -> None:
+        if self._proc is not None:
+            return
+        from ..models import chat_template_for, load_tokenizer
+
+        tokenizer = await asyncio.to_thread(load_tokenizer, self.base_model)
+        self.tokenizer = tokenizer
+        fd, name = tempfile.mkstemp(prefix="art-template-", suffix=".jinja")
+        with os.fdopen(fd, "w") as f:
+            f.write(chat_template_for(tokenizer, self.model_config))
+        self._template_file = Path(name)
+        self._spawn()
+        try:
+            await self._wait_ready()
+        except BaseException:
+            self._kill()
+            raise
+        self._watchdog = asyncio.create_task(self._watch())
+
+    async def _watch(self) -> None:
+        while not self._stopping:
+            await asyncio.sleep(2.0)
+            if self._proc is not None and self._proc.poll() is not None and not self._stopping:
+                logger.error("vLLM (pid %d) died with code %s; restarting", self._proc.pid, self._proc.returncode)
+                await self._restart()
+
+    async def _restart(self) -> None:
+        async with self._restart_lock:
+            if self._proc is not None and self._proc.poll() is None:
+                return
+            self._spawn()
+            await self._wait_ready()
+            for name, path in list(self._adapters.items()):
+                await self._load(name, path)
+
+    def _kill(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)  # its own group: the pid we started, and its children
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watchdog
+        await asyncio.to_thread(self._kill)
+        await self._client.aclose()
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    async def hold(self) -> None:
+        await self.gate.hold()
+
+    async def resume(self) -> None:
+        self.gate.resume()
+
+    # -- adapters ------------------------------------------------------------------------------
+    async def _load(self, name: str, path: Path) -> None:
+        r = await self._client.post("/v1/load_lora_adapter", json={"lora_name": name, "lora_path": str(path)})
+        if r.status_code >= 400:
+            raise EngineError(f"vLLM could not load adapter {name} from {path}: {r.text}")
+
+    async def load_adapter(self, name: str, path: Path) -> None:
+        if name in self._adapters:
+            await self.unload_adapter(name)
+        await self._load(name, Path(path))
+        self._adapters[name] = Path(path)
+
+    async def unload_adapter(self, name: str) -> None:
+        if self._adapters.pop(name, None) is not None:
+            await self._client.post("/v1/unload_lora_adapter", json={"lora_name": name})
+
+    # -- requests ------------------------------------------------------------------------------
+    def _body(self, request: ChatRequest) -> dict[str, Any]:
+        p = request.sampling
+        body: dict[str, Any] = {
+            **{k: v for k, v in request.extra.items() if k not in ("model_config",)},
+            "model": request.adapter or BASE_NAME,
+            "messages": request.messages,
+            "temperature": p.temperature, "top_p": p.top_p, "n": p.n,
+            "logprobs": True, "return_token_ids": True,
+        }
+        for key, value in (("max_tokens", p.max_tokens), ("seed", p.seed), ("stop", list(p.stop) or None),
+                           ("top_logprobs", p.top_logprobs or None), ("tools", request.tools),
+                           ("tool_choice", request.tool_choice if request.tools else None)):
+            if value is not None:
+                body[key] = value
+        if p.ignore_eos:
+            body["ignore_eos"] = True
+        if request.tokens_as_ids:
+            body["return_tokens_as_token_ids"] = True
+        return body
+
+    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            r = await self._client.post(path, json=body)
+        except httpx.TransportError:
+            await self._restart()
+            r = await self._client.post(path, json=body)
+        if r.status_code >= 400:
+            try:
+                message = r.json().get("error", {}).get("message") or r.text
+            except ValueError:
+                message = r.text
+            raise EngineError(f"vLLM: {message}", status=r.status_code if r.status_code < 500 else 502)
+        return r.json()
+
+    async def chat(self, request: ChatRequest) -> dict[str, Any]:
+        await self.gate.enter()
+        try:
+            data = await self._post("/v1/chat/completions", self._body(request))
+        finally:
+            self.gate.leave()
+        data["model"] = request.model
+        return data
+
+    async def chat_stream(self, request: ChatRequest) -> AsyncIterator[dict[str, Any]]:
+        await self.gate.enter()
+        try:
+            body = {**self._body(request), "stream": True, "stream_options": {"include_usage": True}}
+            async with self._client.stream("POST", "/v1/chat/completions", json=body) as r:
+                if r.status_code >= 400:
+                    raise EngineError(f"vLLM: {(await r.aread()).decode(errors='replace')}", status=r.status_code)
+                async for line in r.aiter_lines():
+                    if not line.startswith("data:") or line[5:].strip() == "[DONE]":
+                        continue
+                    chunk = json.loads(line[5:])
+                    chunk["model"] = request.model
+                    yield chunk
+        finally:
+            self.gate.leave()
+
+    async def sequence_logprobs(self, token_ids: list[int], adapter: str | None) -> list[float]:
+        body = {"model": adapter or BASE_NAME, "prompt": token_ids, "max_tokens": 1, "prompt_logprobs": 0,
+                "temperature": 0}
+        data = await self._post("/v1/completions", body)
+        entries = data["choices"][0]["prompt_logprobs"][1:]
+        out = []
+        for tid, entry in zip(token_ids[1:], entries, strict=True):
+            out.append(float(entry[str(tid)]["logprob"]))
+        return out
