@@ -1,0 +1,179 @@
+"""Serving throughput and adapter-swap time on smollm2-135m with a rank-8 LoRA on every projection.
+
+Arms, all in one run, each on the same 32 prompts (~300 tokens, 128 new tokens, temperature 1):
+  embedded     art serve (LocalBackend, transformers engine), 32 concurrent HTTP requests
+  sequential   the same prompts one at a time with peft + model.generate
+  hf_batched   all 32 in one left-padded model.generate call (peft)
+  raw_vllm     vLLM's own server serving the adapter, 32 concurrent requests   (needs --vllm-python)
+  proxy_vllm   art serve with the vllm engine in front of that server          (needs --vllm-python)
+Swap: seconds from the end of an optimizer step to the new adapter answering (save + load + the
+weight-sync probe + a 1-token reply), per engine.
+
+Run: flock /tmp/art-heavy.lock .venv/bin/python benchmarks/serve.py [--vllm-python .venv-vllm/bin/python]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import httpx  # noqa: E402
+import torch  # noqa: E402
+
+import art_core as art  # noqa: E402
+from art_train import LocalBackend  # noqa: E402
+
+N, NEW = 32, 128
+FILLER = ("The history of the region is long and varied, with many small towns along the river, each known "
+          "for its market, its bridges and the festivals held every spring. ")
+
+
+def prompts(tokenizer: Any) -> list[list[dict[str, str]]]:
+    out = []
+    for i in range(N):
+        text = f"Document {i}. " + FILLER * 11 + f"Question {i}: summarise the document above in your own words."
+        out.append([{"role": "user", "content": text}])
+    return out
+
+
+async def concurrent(url: str, model: str, messages: list[list[dict]], api_key: str = "x") -> tuple[float, int]:
+    async with httpx.AsyncClient(base_url=url, timeout=1800, headers={"Authorization": f"Bearer {api_key}"}) as http:
+        async def one(m: list[dict]) -> int:
+            body = {"model": model, "messages": m, "max_tokens": NEW, "temperature": 1.0, "ignore_eos": True}
+            r = await http.post("/chat/completions", json=body)
+            r.raise_for_status()
+            return int(r.json()["usage"]["completion_tokens"])
+
+        t0 = time.perf_counter()
+        counts = await asyncio.gather(*[one(m) for m in messages])
+        return time.perf_counter() - t0, sum(counts)
+
+
+def hf_arms(base: Path, adapter: Path, messages: list[list[dict]], template: str, seq_n: int) -> dict[str, float]:
+    from peft import PeftModel
+
+    from art_train.models import load_causal_lm, load_tokenizer
+
+    tok = load_tokenizer(base)
+    tok.padding_side = "left"
+    model = PeftModel.from_pretrained(load_causal_lm(base, "float32", "cpu"), str(adapter)).eval()
+    texts = [tok.apply_chat_template(m, chat_template=template, add_generation_prompt=True, tokenize=False)
+             for m in messages]
+    kw = {"max_new_tokens": NEW, "min_new_tokens": NEW, "do_sample": True, "temperature": 1.0, "top_p": 1.0,
+          "pad_token_id": tok.pad_token_id}
+    out: dict[str, float] = {}
+    with torch.inference_mode():
+        t0 = time.perf_counter()
+        for text in texts[:seq_n]:
+            enc = tok(text, return_tensors="pt", add_special_tokens=False)
+            model.generate(**enc, **kw)
+        out["sequential_tok_s"] = seq_n * NEW / (time.perf_counter() - t0)
+        enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+        out["prompt_tokens_mean"] = float(enc["attention_mask"].sum(1).float().mean())
+        t0 = time.perf_counter()
+        model.generate(**enc, **kw)
+        out["hf_batched_tok_s"] = N * NEW / (time.perf_counter() - t0)
+    return out
+
+
+async def serve_arm(engine: str, home: Path, vllm_python: str | None) -> dict[str, Any]:
+    backend = LocalBackend(path=home, engine=engine, vllm_python=vllm_python)
+    model = art.TrainableModel(name=f"bench-{engine}", project="bench", base_model="smollm2-135m",
+                               config=art.ModelConfig(max_seq_len=2048))
+    out: dict[str, Any] = {}
+    try:
+        await model.register(backend)
+        client = model.openai_client()
+        # one real GRPO step, so every arm samples from a trained (non-zero) rank-8 adapter
+        msgs = [{"role": "user", "content": "Say hello."}]
+
+        async def rollout(i: int) -> art.Trajectory:
+            with art.capture() as traj:
+                r = await client.chat.completions.create(model=model.served_name(), messages=msgs, max_tokens=16, seed=i)
+            traj.reward = float(len(r.choices[0].message.content or "")) / 10
+            return traj
+
+        groups = await art.gather_trajectory_groups([art.TrajectoryGroup(rollout(i) for i in range(4))],
+                                                    show_progress=False)
+        result = await model.train(groups, config=art.TrainConfig(learning_rate=1e-3), verbose=False)
+        t0 = time.perf_counter()
+        await client.chat.completions.create(model=model.served_name(), messages=msgs, max_tokens=1)
+        first = time.perf_counter() - t0
+        out["swap_s"] = result.metrics["time/save_s"] + result.metrics["time/swap_s"] + first
+        out["swap_parts"] = {"save_s": result.metrics["time/save_s"], "load_and_verify_s": result.metrics["time/swap_s"],
+                             "first_reply_s": first, "weight_sync_max_abs_diff": result.metrics["weight_sync/max_abs_diff"]}
+        entry = backend.service.entry(model.name)
+        out["adapter_path"] = str(entry.rundir.checkpoint_path(result.step))
+        out["template"] = entry.trainer.chat_template
+        messages = prompts(None)
+        await concurrent(f"{backend.url}/v1", model.served_name(), messages[:4])  # warm up
+        secs, tokens = await concurrent(f"{backend.url}/v1", model.served_name(), messages)
+        out["tok_s"] = tokens / secs
+        if engine == "vllm":
+            raw_url = f"{entry.engine.url}/v1"
+            adapter = backend.service.adapter_name(entry, result.step)
+            await concurrent(raw_url, adapter, messages[:4])
+            raw = []
+            proxy = [out["tok_s"]]
+            for _ in range(2):  # interleave, so drift on a shared machine hits both arms alike
+                s, t = await concurrent(raw_url, adapter, messages)
+                raw.append(t / s)
+                s, t = await concurrent(f"{backend.url}/v1", model.served_name(), messages)
+                proxy.append(t / s)
+            out["raw_tok_s"] = statistics.median(raw)
+            out["tok_s"] = statistics.median(proxy)
+    finally:
+        await backend.close()
+    return out
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--vllm-python", default=os.environ.get("ART_VLLM_PYTHON"))
+    parser.add_argument("--sequential", type=int, default=8, help="prompts timed one at a time (rate is per token)")
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "serve.json"))
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    home = Path(tempfile.mkdtemp(prefix="art-bench-serve-"))
+    from art_train.models import resolve_base_model
+
+    base = resolve_base_model("smollm2-135m")
+    results: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "torch": torch.__version__,
+                                           "platform": platform.platform()},
+                               "workload": {"requests": N, "new_tokens": NEW, "temperature": 1.0, "lora_rank": 8}}
+    emb = await serve_arm("transformers", home, None)
+    results["embedded_tok_s"] = emb["tok_s"]
+    results["swap_s_transformers"] = emb["swap_s"]
+    results["swap_parts_transformers"] = emb["swap_parts"]
+    hf = await asyncio.to_thread(hf_arms, base, Path(emb["adapter_path"]), prompts(None), emb["template"],
+                                 args.sequential)
+    results.update(hf)
+    results["embedded_vs_sequential"] = results["embedded_tok_s"] / hf["sequential_tok_s"]
+    results["embedded_vs_hf_batched"] = results["embedded_tok_s"] / hf["hf_batched_tok_s"]
+    if args.vllm_python:
+        vl = await serve_arm("vllm", home, args.vllm_python)
+        results["raw_vllm_tok_s"] = vl["raw_tok_s"]
+        results["proxy_vllm_tok_s"] = vl["tok_s"]
+        results["swap_s_vllm"] = vl["swap_s"]
+        results["swap_parts_vllm"] = vl["swap_parts"]
+        results["embedded_vs_raw_vllm"] = results["embedded_tok_s"] / vl["raw_tok_s"]
+        results["proxy_vs_raw_vllm"] = vl["tok_s"] / vl["raw_tok_s"]
+    else:
+        for key in ("embedded_vs_raw_vllm", "proxy_vs_raw_vllm", "swap_s_vllm"):
+            results[key] = None
+    Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
