@@ -1,0 +1,80 @@
+"""`art autorl` end to end on CPU: bundled notes server, scripted generator and judge, a tiny model trained."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from tests.support.scripted_openai import ScriptedOpenAI
+
+from art_mcp.cli import autorl_main
+
+BLOCK = re.compile(r'<trajectory id="(\d+)">\n(.*?)\n</trajectory>', re.S)
+
+
+def _judge(body: dict) -> dict:
+    """Score each trajectory the judge is shown by its length, so groups have different rewards."""
+    user = next(m["content"] for m in body["messages"] if m["role"] == "user")
+    shown = BLOCK.findall(user)
+    assert shown, "the judge was shown no trajectories"
+    scores = [{"trajectory_id": i, "explanation": "scripted", "score": (len(text) % 10) / 10} for i, text in shown]
+    return {"content": json.dumps({"scores": scores})}
+
+
+@pytest.mark.slow
+def test_autorl_runs_end_to_end(tmp_path):
+    from art_train.models import build_tiny_model
+
+    tiny = build_tiny_model(tmp_path / "tiny")
+    tasks = [
+        ("Save a note titled dentist with body Friday at 3pm", 1, ["add_note"]),
+        ("Search my notes for milk and tell me which note mentions it", 2, ["search_notes"]),
+        ("List the notes tagged work and delete the oldest one", 4, ["list_notes", "delete_note"]),
+        ("Change the body of note 1 to say the meeting moved to noon", 3, ["update_note"]),
+    ]
+    generated = {"content": json.dumps({"tasks": [{"task": t, "difficulty": d, "tools": x} for t, d, x in tasks]})}
+    out = tmp_path / "run"
+    with ScriptedOpenAI(generated) as gen, ScriptedOpenAI(_judge) as judge:
+        rc = autorl_main([
+            "--mcp", "bundled:notes",
+            "--generator", "openai/writer", "--generator-api-base", gen.url, "--generator-api-key", "x",
+            "--judge", "openai/judge", "--judge-api-base", judge.url, "--judge-api-key", "x",
+            "--base-model", str(tiny),
+            "--num-tasks", "4", "--val-fraction", "0.25", "--steps", "1", "--tasks-per-step", "2",
+            "--group-size", "2", "--eval-rollouts", "2", "--max-turns", "2", "--max-tokens", "12",
+            "--learning-rate", "1e-3", "--name", "notes-agent", "--output", str(out),
+        ])  # fmt: skip
+    assert rc == 0
+    assert len(gen.requests) == 1 and "add_note" in gen.requests[0]["messages"][0]["content"]
+    # one judge call per training group (2), then one per held-out task judging before and after together (1)
+    assert len(judge.requests) == 3
+    assert len(BLOCK.findall(judge.requests[-1]["messages"][-1]["content"])) == 4
+    report = json.loads((out / "report.json").read_text())
+    assert report["step"] == 1 and report["tasks"] == {"train": 3, "val": 1}
+    assert report["val_scored"] == {"before": 2, "after": 2}
+    assert 0 <= report["val_ruler_before"] <= 1 and 0 <= report["val_ruler_after"] <= 1
+    assert [h["step"] for h in report["history"]] == [1]
+    train = [json.loads(x) for x in (out / "tasks.train.jsonl").read_text().splitlines()]
+    val = [json.loads(x) for x in (out / "tasks.val.jsonl").read_text().splitlines()]
+    assert sorted(t["task"] for t in train + val) == sorted(t for t, _, _ in tasks)
+    run_dir = out / ".art" / "autorl" / "models" / "notes-agent"
+    assert (run_dir / "checkpoints" / "0001" / "adapter_model.safetensors").is_file()
+    trained = (run_dir / "trajectories" / "train" / "0001.jsonl").read_text().splitlines()
+    assert len(trained) == 2  # the two judged training groups
+    logged = (run_dir / "trajectories" / "val" / "0001.jsonl").read_text().splitlines()
+    phases = sorted(t["metadata"]["phase"] for g in map(json.loads, logged) for t in g["trajectories"])
+    assert phases == ["after", "after", "before", "before"]
+    # the agent's rollouts reached the real server: its tools were offered to the model
+    first = json.loads(logged[0])["trajectories"][0]
+    assert {"add_note", "complete_task"} <= {t["function"]["name"] for t in first["tools"]}
+
+
+def test_autorl_reports_a_bad_server_clearly(tmp_path, capsys):
+    rc = autorl_main([
+        "--mcp", "no-such-mcp-server-binary", "--generator", "openai/g", "--judge", "openai/j",
+        "--base-model", "x", "--output", str(tmp_path),
+    ])  # fmt: skip
+    assert rc == 1
+    err = " ".join(capsys.readouterr().err.split())  # rich wraps long lines
+    assert "could not start MCP server no-such-mcp-server-binary" in err and "check the command" in err
