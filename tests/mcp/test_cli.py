@@ -6,9 +6,9 @@ import json
 import re
 
 import pytest
-from tests.support.scripted_openai import ScriptedOpenAI
 
 from art_mcp.cli import autorl_main
+from tests.support.scripted_openai import ScriptedOpenAI
 
 BLOCK = re.compile(r'<trajectory id="(\d+)">\n(.*?)\n</trajectory>', re.S)
 
@@ -18,7 +18,9 @@ def _judge(body: dict) -> dict:
     user = next(m["content"] for m in body["messages"] if m["role"] == "user")
     shown = BLOCK.findall(user)
     assert shown, "the judge was shown no trajectories"
-    scores = [{"trajectory_id": i, "explanation": "scripted", "score": (len(text) % 10) / 10} for i, text in shown]
+    scores = [
+        {"trajectory_id": i, "explanation": "scripted", "score": (len(text) % 10) / 10} for i, text in shown
+    ]
     return {"content": json.dumps({"scores": scores})}
 
 
@@ -33,7 +35,9 @@ def test_autorl_runs_end_to_end(tmp_path):
         ("List the notes tagged work and delete the oldest one", 4, ["list_notes", "delete_note"]),
         ("Change the body of note 1 to say the meeting moved to noon", 3, ["update_note"]),
     ]
-    generated = {"content": json.dumps({"tasks": [{"task": t, "difficulty": d, "tools": x} for t, d, x in tasks]})}
+    generated = {
+        "content": json.dumps({"tasks": [{"task": t, "difficulty": d, "tools": x} for t, d, x in tasks]})
+    }
     out = tmp_path / "run"
     with ScriptedOpenAI(generated) as gen, ScriptedOpenAI(_judge) as judge:
         rc = autorl_main([
