@@ -63,6 +63,7 @@ class ServerPool:
         self._spares: list[asyncio.Task[tuple[Connection, McpSession]]] = []
         self._shared: tuple[Connection, McpSession] | None = None
         self._shared_lock = asyncio.Lock()
+        self._closing: set[asyncio.Future[None]] = set()
         self._closed = False
 
     async def __aenter__(self) -> ServerPool:
@@ -84,7 +85,11 @@ class ServerPool:
         try:
             yield session
         finally:
-            await self._release(connection)
+            # stop the process in the background: the rollout need not wait for it to exit, and
+            # the slot stays taken until it has (close() waits for these)
+            closing = asyncio.ensure_future(self._release(connection))
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
 
     async def _open(self) -> tuple[Connection, McpSession]:
         """Open one connection; the caller holds a slot."""
@@ -160,6 +165,8 @@ class ServerPool:
         if self._shared is not None:
             connection, self._shared = self._shared[0], None
             await self._release(connection)
+        while self._closing:
+            await asyncio.gather(*list(self._closing), return_exceptions=True)
 
 
 __all__ = ["Isolation", "ServerCrashed", "ServerPool"]
