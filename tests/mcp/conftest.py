@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -27,9 +28,9 @@ def flaky() -> list[str]:
     return list(FLAKY)
 
 
-@pytest.fixture(scope="session")
-def notes_http() -> Iterator[str]:
-    """The bundled notes server over streamable HTTP on a free loopback port."""
+@contextlib.contextmanager
+def notes_over_http() -> Iterator[tuple[str, subprocess.Popen]]:
+    """The bundled notes server over streamable HTTP on a free loopback port: (URL, process)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -51,7 +52,13 @@ def notes_http() -> Iterator[str]:
                 time.sleep(0.1)
         else:
             raise RuntimeError("the notes HTTP server did not start listening within 30 s")
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield f"http://127.0.0.1:{port}/mcp", proc
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def notes_http() -> Iterator[str]:
+    with notes_over_http() as (url, _):
+        yield url

@@ -12,7 +12,7 @@ from mcp.client.stdio import StdioServerParameters
 import art_mcp
 from art_core import Trajectory, assistant_turn, capture
 
-from .conftest import alive
+from .conftest import alive, notes_over_http
 
 
 def _call(id_: str, name: str, args: dict) -> dict:
@@ -164,3 +164,15 @@ async def test_streamable_http(notes_http):
     assert found.structured["result"][0]["body"] == "over the wire" and "over the wire" in found.text
     assert missing.is_error and "no note with id 999" in missing.text
     assert len(traj.turns) == 3
+
+
+async def test_http_server_going_away_fails_the_rollout():
+    with notes_over_http() as (url, proc):
+        async with art_mcp.connect(url) as session:
+            assert not (await session.call("list_notes")).is_error
+            proc.kill()
+            proc.wait()
+            with pytest.raises(
+                art_mcp.ServerCrashed, match=f"MCP server {url} stopped during a call to tool 'list_notes'"
+            ):
+                await session.call("list_notes")
