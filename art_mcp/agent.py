@@ -94,7 +94,10 @@ async def rollout(
                 extra_body=extra_body,
             )
     text = task_text(task)
-    tools = [*session.openai_tools(), COMPLETE_TASK_TOOL]
+    own_complete = (
+        COMPLETE_TASK in session.tool_names()
+    )  # a server's own complete_task is called, not replaced
+    tools = [*session.openai_tools(), *([] if own_complete else [COMPLETE_TASK_TOOL])]
     trajectory = Trajectory(
         messages=[
             {"role": "system", "content": system_prompt or DEFAULT_SYSTEM_PROMPT},
@@ -135,7 +138,10 @@ async def rollout(
                     name, arguments = call.function.name, call.function.arguments
                     if name == COMPLETE_TASK:
                         final, finished = _answer(arguments), True
-                        record_tool_result(call.id, "Task marked complete.", name=COMPLETE_TASK)
+                        if own_complete:
+                            await session.call(name, arguments, tool_call_id=call.id)
+                        else:
+                            record_tool_result(call.id, "Task marked complete.", name=COMPLETE_TASK)
                     else:
                         await session.call(name, arguments, tool_call_id=call.id)
     trajectory.metadata["final_answer"] = final

@@ -47,6 +47,12 @@ def hang(seconds: float) -> str:
 
 
 @server.tool()
+def complete_task(answer: str) -> str:
+    """The server's own completion tool (an agent must call it rather than add its own)."""
+    return f"recorded answer: {answer}"
+
+
+@server.tool()
 def die(code: int = 3) -> str:
     """Exit the process at once, mid-call."""
     print("flaky server: dying on request", file=sys.stderr, flush=True)

@@ -97,3 +97,13 @@ async def test_trainable_model_turns_keep_samples_and_pool_sessions():
     assert all(s is not None and s.token_ids and len(s.logprobs) == len(s.token_ids) for s in samples)
     assert traj.turns[3]["content"] == "5000.0"
     assert "sample" not in traj.messages()[2]
+
+
+async def test_a_server_with_its_own_complete_task_keeps_it(flaky):
+    with ScriptedOpenAI(_call("complete_task", answer="42")) as llm:
+        async with art_mcp.connect(flaky) as session:
+            traj = await art_mcp.rollout(_model(llm), session, "Finish with 42")
+    offered = [t["function"]["name"] for t in llm.requests[0]["tools"]]
+    assert offered.count("complete_task") == 1
+    assert traj.turns[-1]["content"] == "recorded answer: 42" and traj.metadata["final_answer"] == "42"
+    assert traj.metrics["finished"] is True and traj.metrics["mcp/calls"] == 1
