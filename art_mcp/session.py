@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import shlex
 import tempfile
 import time
@@ -234,7 +235,8 @@ def _tail(file: IO[str] | None, lines: int = 20) -> str:
         return ""
     with contextlib.suppress(OSError, ValueError):
         file.flush()
-        file.seek(0)
+        size = file.seek(0, os.SEEK_END)
+        file.seek(max(0, size - 16384))  # a chatty server's log can be long: read its end only
         return "\n".join(file.read().splitlines()[-lines:])
     return ""
 
@@ -308,7 +310,8 @@ class Connection:
         assert self._ready is not None
         stderr = None
         if not isinstance(self.target, str):
-            stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
+            # append mode: the child writes at the end whatever offset our reads leave behind
+            stderr = tempfile.TemporaryFile("a+", encoding="utf-8", errors="replace")
         try:
             async with contextlib.AsyncExitStack() as stack:
                 if isinstance(self.target, str):
