@@ -175,7 +175,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     config = ModelConfig(chat_template=args.chat_template) if args.chat_template else ModelConfig()
     model = TrainableModel(name=args.name, project=args.project, base_model=args.base_model, config=config)
     console.print(f"[bold]model[/bold]: registering {args.name} on {args.base_model}")
-    await model.register(backend)
 
     async def score(group: TrajectoryGroup) -> TrajectoryGroup | None:
         return await ruler.score_group(
@@ -183,6 +182,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         )
 
     try:
+        await model.register(backend)
         async with ServerPool(spec, isolation=args.isolation, max_processes=args.max_processes) as pool:
             # 3. held-out rollouts before training
             console.print(f"[bold]eval before[/bold]: {len(val)} tasks x {args.eval_rollouts}")
