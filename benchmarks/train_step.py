@@ -1,0 +1,202 @@
+"""One GRPO training step, ours vs TRL 1.16's GRPOTrainer loss + backward, on the same trajectories.
+
+SmolLM2-135M-Instruct (resolve_base_model("smollm2-135m")), LoRA r=8 on attention and MLP projections,
+8 groups x 4 trajectories, prompts 150-400 tokens, completions 50-1200 tokens (log-uniform, like an
+agent's), seed 0. Each arm runs in a fresh subprocess (so peak RSS is its own), arms alternate.
+
+TRL arm: TRL's recipe for one step without generation: padded micro-batches of
+`--trl-micro-batch` sequences, gradient checkpointing on, full-vocabulary logits over the completion
+(`logits_to_keep`), TRL's `selective_log_softmax`, and TRL's own `GRPOTrainer._compute_loss` for the
+loss (run on a namespace standing in for the trainer instance), then backward.
+
+Usage: python benchmarks/train_step.py [--runs 1] [--arms ours,trl]  (run it under flock /tmp/art-heavy.lock)
+Writes benchmarks/results/train_step.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+RESULTS = Path(__file__).parent / "results" / "train_step.json"
+
+
+def make_groups(vocab_low: int = 100, vocab_high: int = 40000, seed: int = 0):  # noqa: ANN201
+    import random
+
+    import art_core as art
+
+    rng = random.Random(seed)
+    groups = []
+    for g in range(8):
+        prompt = " ".join(f"w{rng.randrange(10_000)}" for _ in range(rng.randint(75, 200)))  # ~150-400 tokens
+        trajs = []
+        for k in range(4):
+            n = int(round(50 * (1200 / 50) ** rng.random()))  # log-uniform 50..1200
+            ids = [rng.randrange(vocab_low, vocab_high) for _ in range(n)]
+            t = art.Trajectory(messages=[{"role": "user", "content": prompt}], reward=float(rng.random()))
+            t.turns.append(art.assistant_turn(f"answer {g}.{k}", token_ids=ids, logprobs=[-1.0] * n))
+            trajs.append(t)
+        groups.append(art.TrajectoryGroup(trajs))
+    return groups
+
+
+def run_ours() -> dict:
+    import art_core as art
+    from art_train.trainer import Trainer
+
+    model = art.TrainableModel(name="bench", project="bench", base_model="smollm2-135m")
+    trainer = Trainer(model, art.RunDir("bench", "bench", root=tempfile.mkdtemp()), device="cpu")
+    result = trainer.train(make_groups(), art.TrainConfig(learning_rate=1e-5, max_seq_len=2048))
+    m = result.metrics
+    return {"tokens": m["trained_tokens"], "seconds": m["time/forward_backward_s"] + m["time/tokenize_s"]}
+
+
+def run_trl(micro_batch: int) -> dict:
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from trl.trainer.grpo_trainer import GRPOTrainer
+    from trl.trainer.utils import selective_log_softmax
+
+    import art_core as art
+    from art_train.models import chat_template_for, load_causal_lm, load_tokenizer, resolve_base_model
+    from art_train.trainer import step_advantages
+
+    path = resolve_base_model("smollm2-135m")
+    tok = load_tokenizer(path)
+    template = chat_template_for(tok, art.ModelConfig())
+    model = get_peft_model(
+        load_causal_lm(path, dtype="float32", device="cpu"),
+        LoraConfig(
+            r=8, lora_alpha=16, target_modules=art.ModelConfig().target_modules, task_type="CAUSAL_LM"
+        ),
+    )
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.enable_input_require_grads()
+    model.train()
+    groups = make_groups()
+    advs = step_advantages(groups)
+    rows = []
+    for g, a in zip(groups, advs, strict=True):
+        for t, adv in zip(g.trajectories, a.advantages, strict=True):
+            text = tok.apply_chat_template(
+                t.messages()[:-1], chat_template=template, tokenize=False, add_generation_prompt=True
+            )
+            prompt = tok(text, add_special_tokens=False)["input_ids"]
+            rows.append((prompt, t.turns[-1]["sample"]["token_ids"], adv))
+
+    class Acc:
+        num_processes = 1
+
+        def gather(self, x):  # noqa: ANN001, ANN202
+            return x
+
+        gather_for_metrics = gather
+
+        def reduce(self, x, reduction="sum"):  # noqa: ANN001, ANN202
+            return x
+
+    n_steps = (len(rows) + micro_batch - 1) // micro_batch
+    t0 = time.perf_counter()
+    tokens = 0
+    for s in range(0, len(rows), micro_batch):
+        mb = rows[s : s + micro_batch]
+        pl, cl = max(len(p) for p, _, _ in mb), max(len(c) for _, c, _ in mb)
+        pad = tok.pad_token_id
+        prompt_ids = torch.tensor([[pad] * (pl - len(p)) + p for p, _, _ in mb])  # left-padded like TRL
+        prompt_mask = torch.tensor([[0] * (pl - len(p)) + [1] * len(p) for p, _, _ in mb])
+        completion_ids = torch.tensor([c + [pad] * (cl - len(c)) for _, c, _ in mb])
+        completion_mask = torch.tensor([[1] * len(c) + [0] * (cl - len(c)) for _, c, _ in mb])
+        tokens += int(completion_mask.sum())
+
+        def logps(model_, input_ids, attention_mask, logits_to_keep, **_):  # noqa: ANN001, ANN202
+            logits = model_(
+                input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=logits_to_keep + 1
+            ).logits
+            logits = logits[:, :-1, :]
+            lp = selective_log_softmax(logits, input_ids[:, -logits_to_keep:])
+            return lp, torch.zeros_like(lp).detach(), None
+
+        fake = SimpleNamespace(
+            _get_per_token_logps_and_entropies=logps,
+            aux_loss_enabled=False,
+            top_entropy_quantile=1.0,
+            off_policy_mask_threshold=None,
+            importance_sampling_level="token",
+            beta=0.0,
+            args=SimpleNamespace(use_bias_correction_kl=False, delta=None, steps_per_generation=1),
+            loss_type="grpo",
+            epsilon_low=0.2,
+            epsilon_high=0.2,
+            use_vllm=False,
+            vllm_importance_sampling_correction=False,
+            model=SimpleNamespace(training=True),
+            current_gradient_accumulation_steps=n_steps,
+            max_completion_length=cl,
+            accelerator=Acc(),
+            _entropy_bonus_enabled=False,
+            _metrics={"train": defaultdict(list)},
+        )
+        inputs = {
+            "prompt_ids": prompt_ids,
+            "prompt_mask": prompt_mask,
+            "completion_ids": completion_ids,
+            "completion_mask": completion_mask,
+            "advantages": torch.tensor([a for _, _, a in mb], dtype=torch.float32),
+        }
+        GRPOTrainer._compute_loss(fake, model, inputs).backward()
+    return {"tokens": tokens, "seconds": time.perf_counter() - t0}
+
+
+def child(arm: str, micro_batch: int) -> None:
+    out = run_ours() if arm == "ours" else run_trl(micro_batch)
+    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--arms", default="ours,trl")
+    ap.add_argument("--trl-micro-batch", type=int, default=8)
+    ap.add_argument("--child")
+    args = ap.parse_args()
+    if args.child:
+        child(args.child, args.trl_micro_batch)
+        return
+    arms = args.arms.split(",")
+    runs: dict[str, list[dict]] = {a: [] for a in arms}
+    for _ in range(args.runs):
+        for arm in arms:  # alternating
+            cmd = [sys.executable, __file__, "--child", arm, "--trl-micro-batch", str(args.trl_micro_batch)]
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+            r = json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
+            r["tokens_per_s"] = r["tokens"] / r["seconds"]
+            runs[arm].append(r)
+            print(arm, r, flush=True)
+    result: dict = {"runs": runs, "config": {"groups": 8, "group_size": 4, "lora_rank": 8, "device": "cpu"}}
+    for arm in arms:
+        result[f"{arm}_tokens_per_s"] = statistics.median(r["tokens_per_s"] for r in runs[arm])
+        result[f"{arm}_peak_rss_mb"] = statistics.median(r["peak_rss_mb"] for r in runs[arm])
+    if "ours" in arms and "trl" in arms:
+        result["ratio"] = result["ours_tokens_per_s"] / result["trl_tokens_per_s"]
+        result["rss_ratio"] = result["ours_peak_rss_mb"] / result["trl_peak_rss_mb"]
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps({k: v for k, v in result.items() if k != "runs"}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
