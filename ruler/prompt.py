@@ -102,9 +102,48 @@ def common_prefix_length(message_lists: list[list[Message]]) -> int:
     return n
 
 
+def content_text(content: Any) -> str:
+    """A message's content as text: strings as they are, text parts joined, other parts named."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            p["text"]
+            if isinstance(p, dict) and isinstance(p.get("text"), str)
+            else f"[{p.get('type', 'part')}]"
+            if isinstance(p, dict)
+            else str(p)
+            for p in content
+        )
+    return canonical(content)
+
+
+def render_message(m: Message) -> str:
+    """A transcript entry: a ``[role]`` header, the text as is, then one line per tool call.
+
+    Plain text rather than JSON: tool outputs are not escaped (fewer tokens, easier to read).
+    """
+    role = str(m.get("role"))
+    if role in ("tool", "function"):
+        head = f"[tool result {m.get('tool_call_id') or m.get('name') or ''}]".replace(" ]", "]")
+    elif m.get("name"):
+        head = f"[{role} {m['name']}]"
+    else:
+        head = f"[{role}]"
+    lines = [head]
+    text = content_text(m.get("content"))
+    if text:
+        lines.append(text)
+    for call in m.get("tool_calls") or []:
+        fn = call.get("function") or {}
+        lines.append(f"[tool call {call.get('id', '')}] {fn.get('name')}({fn.get('arguments') or ''})")
+    return "\n".join(lines)
+
+
 def render_messages(messages: list[Message]) -> str:
-    """One compact JSON object per line; `None` fields dropped."""
-    return "\n".join(canonical({k: v for k, v in m.items() if v is not None}) for m in messages)
+    return "\n".join(render_message(m) for m in messages)
 
 
 def render_tools(tools: list[Tool]) -> str:

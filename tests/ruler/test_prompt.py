@@ -46,7 +46,7 @@ def test_shared_prefix_sent_once_and_remainders_separately() -> None:
     context, rest = user.split("</context>")
     assert "Find the invoice" in context and "answer" not in context
     for i in range(3):
-        assert f'<trajectory id="{i + 1}">\n{{"content":"answer {i}","role":"assistant"}}\n</trajectory>' in rest
+        assert f'<trajectory id="{i + 1}">\n[assistant]\nanswer {i}\n</trajectory>' in rest
     assert prompt.ids == ["1", "2", "3"] and prompt.item_ids == ["1", "2", "3"]
     assert DEFAULT_RUBRIC.splitlines()[0] in prompt.messages[0]["content"]
 
@@ -57,7 +57,7 @@ def test_identical_trajectories_sent_once_and_share_an_id() -> None:
     prompt = build_prompt([a, b, a, a])
     assert prompt.ids == ["1", "2"]
     assert prompt.item_ids == ["1", "2", "1", "1"]
-    assert prompt.messages[1]["content"].count('"content":"same"') == 1
+    assert prompt.messages[1]["content"].count("same") == 1
 
 
 def test_same_messages_with_different_tools_are_different_trajectories() -> None:
@@ -67,6 +67,18 @@ def test_same_messages_with_different_tools_are_different_trajectories() -> None
     assert prompt.ids == ["1", "2"]
     _, rest = user.split("</context>")
     assert '"name":"search"' in rest and '"name":"delete_all"' in rest  # each with its own tools
+
+
+def test_transcript_rendering() -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "search", "arguments": '{"q": "ACME"}'}}
+    msgs = [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": 'line 1\n"quoted" line 2'},
+        {"role": "user", "name": "bob", "content": [{"type": "text", "text": "see"}, {"type": "image_url", "image_url": {}}]},
+    ]
+    text = build_prompt([Item(msgs), Item(msgs[:1])]).messages[1]["content"]
+    assert '[assistant]\n[tool call c1] search({"q": "ACME"})' in text
+    assert '<trajectory id="1">\n[tool result c1]\nline 1\n"quoted" line 2\n[user bob]\nsee\n[image_url]\n</trajectory>' in text
 
 
 def test_token_ids_and_logprobs_never_sent() -> None:

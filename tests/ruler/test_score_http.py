@@ -55,7 +55,7 @@ async def test_prompt_shows_tools_and_shared_context_once(group: art.TrajectoryG
     user = server.requests[0]["messages"][1]["content"]
     assert user.count("You are an email agent.") == 10  # the system prompt's 10 sentences, once
     assert user.count('"name":"search","parameters"') == 1  # the agent's tool list, once
-    assert '"tool_call_id":"c1"' in user and "number 42" in user
+    assert '[tool call c1] search({"q": "ACME"})' in user and "[tool result c1]\n1 result: the ACME invoice" in user
     assert "sample" not in user and "token_ids" not in user
 
 
