@@ -61,14 +61,19 @@ class Usage:
 
 
 def response_cost(response: Any) -> float | None:
-    import litellm
+    """The call's cost in USD where litellm knows the judge's price, else None."""
+    hidden = getattr(response, "_hidden_params", None) or {}
+    if "response_cost" in hidden:  # litellm already priced it (None: it has no price)
+        cost = hidden["response_cost"]
+    else:
+        import litellm
 
-    try:
-        cost = litellm.completion_cost(completion_response=response)
-    except Exception as exc:  # litellm raises for models it has no price for
-        logger.debug("no cost for judge response: %r", exc)
-        return None
-    return float(cost) if cost is not None and math.isfinite(cost) else None
+        try:
+            cost = litellm.completion_cost(completion_response=response)
+        except Exception as exc:  # litellm raises for models it has no price for
+            logger.debug("no cost for judge response: %r", exc)
+            return None
+    return float(cost) if isinstance(cost, (int, float)) and math.isfinite(cost) else None
 
 
 def extract_json(text: str) -> Any:
