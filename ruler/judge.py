@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ValidationError, field_validator
 
 from art_core import retry
 
@@ -26,6 +26,11 @@ class TrajectoryScore(BaseModel):
     trajectory_id: str
     explanation: str
     score: float
+
+    @field_validator("trajectory_id", mode="before")
+    @classmethod
+    def _id_as_text(cls, value: Any) -> Any:
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
 class JudgeAnswer(BaseModel):
@@ -77,13 +82,9 @@ def response_cost(response: Any) -> float | None:
 
 
 def extract_json(text: str) -> Any:
-    """The first JSON object in `text` that has a "scores" key: bare, fenced or inside prose."""
+    """The first JSON value in `text` that holds scores: bare, in a fenced block or inside prose."""
     text = text.strip()
-    try:
-        return json.loads(text)
-    except ValueError:
-        pass
-    candidates = [m.group(1) for m in re.finditer(r"```(?:json)?\s*(.*?)```", text, re.S)] + [text]
+    candidates = [text] + [m.group(1) for m in re.finditer(r"```(?:json)?\s*(.*?)```", text, re.S)]
     decoder = json.JSONDecoder()
     for candidate in candidates:
         for start in (i for i, ch in enumerate(candidate) if ch in "{["):

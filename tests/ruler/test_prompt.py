@@ -136,3 +136,22 @@ def test_naive_prompt_repeats_everything() -> None:
 def test_empty_group_is_an_error() -> None:
     with pytest.raises(ValueError, match="at least one"):
         build_prompt([])
+
+
+def test_answer_parsing_is_lenient_in_form_and_strict_in_content() -> None:
+    from ruler.judge import BadAnswer, extract_json, parse_answer
+
+    plain = '{"scores": [{"trajectory_id": 1, "explanation": "good", "score": "0.8"}, {"trajectory_id": "2", "explanation": "bad", "score": 0}]}'
+    assert {i: s.score for i, s in parse_answer(plain, ["1", "2"]).items()} == {"1": 0.8, "2": 0.0}
+    prose = f"My ranking {{first}} then:\n{plain}\nDone."
+    assert extract_json(prose)["scores"][0]["explanation"] == "good"
+    bare_list = '[{"trajectory_id": "1", "explanation": "x", "score": 1}]'
+    assert extract_json(bare_list) == {"scores": [{"trajectory_id": "1", "explanation": "x", "score": 1}]}
+    with pytest.raises(BadAnswer, match="scored twice"):
+        parse_answer('{"scores": [{"trajectory_id": "1", "explanation": "", "score": 1}, {"trajectory_id": "1", "explanation": "", "score": 0}]}', ["1"])
+    with pytest.raises(BadAnswer, match="schema"):
+        parse_answer('{"scores": [{"trajectory_id": "1", "score": 1}]}', ["1"])
+    with pytest.raises(BadAnswer, match="out of range"):
+        parse_answer('{"scores": [{"trajectory_id": "1", "explanation": "", "score": NaN}]}', ["1"])
+    with pytest.raises(BadAnswer, match="empty"):
+        parse_answer("  ", ["1"])
