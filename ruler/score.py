@@ -103,6 +103,15 @@ def kendall_tau(a: list[float], b: list[float]) -> float | None:
     return (concordant - discordant) / denom if denom else None
 
 
+def cached_scores(entry: dict[str, Any] | None, ids: list[str]) -> dict[str, TrajectoryScore] | None:
+    """A cache entry's scores, or None when it is missing or does not fit this prompt."""
+    try:
+        by_id = {i: TrajectoryScore.model_validate(s) for i, s in entry["scores"].items()} if entry else None
+    except (KeyError, TypeError, AttributeError, ValueError):
+        return None
+    return by_id if by_id is not None and sorted(by_id) == sorted(ids) else None
+
+
 async def _one_pass(
     judge: Judge,
     items: list[Item],
@@ -115,9 +124,9 @@ async def _one_pass(
     """Scores per item, whether the cache answered, and each item's id in this prompt."""
     prompt = build_prompt(items, rubric, max_tool_output_chars=max_tool_output_chars, order=order)
     key = cache_key(judge.cache_identity, prompt.messages, judge.use_structured()) if cache else ""
-    hit = cache.get(key) if cache else None
+    hit = cached_scores(cache.get(key), prompt.ids) if cache else None
     if hit is not None:
-        by_id = {i: TrajectoryScore.model_validate(s) for i, s in hit["scores"].items()}
+        by_id = hit
     else:
         by_id = await judge.score(prompt.messages, prompt.ids, usage)
         if cache:

@@ -178,7 +178,15 @@ async def test_cache_answers_repeat_groups_without_a_call(tmp_path) -> None:
         await ruler.score_group(fresh(), **judge_args(server), cache=model)
         assert len(server.requests) == 3
     assert stats.cache_hits == 1
-    assert len(list(tmp_path.rglob("*.json"))) == 2
+    entries = list(tmp_path.rglob("*.json"))
+    assert len(entries) == 2
+    wrong_ids = '{"scores": {"9": {"trajectory_id": "9", "explanation": "", "score": 1}}}'
+    for damage in (wrong_ids, "{not json"):  # a damaged entry costs a call, not a crash
+        for entry in entries:
+            entry.write_text(damage)
+        with ScriptedOpenAI(judge_by(solved)) as server:
+            again = await ruler.score_group(fresh(), **judge_args(server), cache=tmp_path)
+            assert len(server.requests) == 1 and again.rewards() == [1.0, 0.0]
 
 
 async def test_noise_check_reports_rank_agreement(group: art.TrajectoryGroup) -> None:
