@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from art_core import Trajectory, TrajectoryGroup
+from art_core import Trajectory, TrajectoryGroup, assistant_turn
 
 BLOCK = re.compile(r'<trajectory id="(\d+)">\n(.*?)\n</trajectory>', re.S)
 
@@ -48,8 +48,8 @@ def rollout(reply: str, reward: float = 0.5, *, searched: bool = False) -> Traje
                 {"id": "c1", "type": "function", "function": {"name": "search", "arguments": '{"q": "ACME"}'}}]},
             {"role": "tool", "tool_call_id": "c1", "content": "1 result: the ACME invoice, number 42"},
         ]
-    msgs.append({"role": "assistant", "content": reply})
-    return Trajectory(messages=msgs, tools=TOOLS, reward=reward)
+    final = assistant_turn(reply, token_ids=[31337 + len(reply), 7], logprobs=[-0.123456, -0.5], step=2)
+    return Trajectory(messages=[*msgs, final], tools=TOOLS, reward=reward)
 
 
 @pytest.fixture

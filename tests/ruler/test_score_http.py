@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import logging
 
 import pytest
@@ -56,7 +57,18 @@ async def test_prompt_shows_tools_and_shared_context_once(group: art.TrajectoryG
     assert user.count("You are an email agent.") == 10  # the system prompt's 10 sentences, once
     assert user.count('"name":"search","parameters"') == 1  # the agent's tool list, once
     assert '[tool call c1] search({"q": "ACME"})' in user and "[tool result c1]\n1 result: the ACME invoice" in user
-    assert "sample" not in user and "token_ids" not in user
+    sent = json.dumps(server.requests[0])
+    assert group.trajectories[0].turns[-1]["sample"]["token_ids"][0] > 31337  # the turns were sampled ...
+    assert not any(f"{t.turns[-1]['sample']['token_ids'][0]}" in sent for t in group.trajectories)  # ... ids not sent
+    assert "-0.123456" not in sent and '"sample"' not in sent and "token_ids" not in sent
+
+
+async def test_scoring_twice_keeps_the_first_independent_reward(group: art.TrajectoryGroup) -> None:
+    with ScriptedOpenAI(judge_by(solved)) as server:
+        await ruler.score_group(group, **judge_args(server))
+        await ruler.score_group(group, **judge_args(server))
+    assert [t.metrics["independent_reward"] for t in group.trajectories] == [0.1, 0.2, 0.3, 0.4]
+    assert len(group.trajectories[0].logs) == 2
 
 
 async def test_json_inside_prose_without_response_format(group: art.TrajectoryGroup) -> None:
