@@ -1,7 +1,7 @@
 """Train a small model to use the bundled calculator MCP server, on CPU.
 
 The tasks are arithmetic questions with known answers, so the reward needs no judge: 1 for the
-right number in the final answer, 0.2 for at least using the `calculate` tool, else 0. Pass
+right number in the final answer, else partial credit for using `calculate` and for a near miss. Pass
 ``--judge openai/<model>`` (and ``--judge-api-base``) to score groups with RULER instead.
 
     python examples/mcp_rl/train_calculator.py                    # smollm2-135m, a few minutes on 2 cores
@@ -39,12 +39,17 @@ def make_tasks(n: int, seed: int) -> list[dict[str, Any]]:
 
 
 def reward(traj: art.Trajectory, answer: int) -> float:
+    """1 for the exact answer; else 0.2 for using `calculate` plus up to 0.5 for a near miss.
+
+    The partial credit gives GRPO something to compare while a small model rarely gets it exact.
+    """
     final = traj.metadata.get("final_answer") or ""
-    numbers = {float(x) for x in re.findall(r"-?\d+(?:\.\d+)?", final)}
+    numbers = [float(x) for x in re.findall(r"-?\d+(?:\.\d+)?", final.replace(",", ""))]
     if float(answer) in numbers:
         return 1.0
     used = any(c["name"] == "calculate" and not c["is_error"] for c in traj.metadata.get("mcp_calls", []))
-    return 0.2 if used else 0.0
+    error = min((abs(x - answer) / answer for x in numbers), default=1.0)
+    return 0.2 * used + 0.5 * max(0.0, 1.0 - error)
 
 
 async def main(args: argparse.Namespace) -> None:
