@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 import art_mcp
-from art_core import Trajectory, TrajectoryGroup, capture, gather_trajectory_groups
+from art_core import TooManyExceptions, Trajectory, TrajectoryGroup, capture, gather_trajectory_groups
 
 from .conftest import alive
 
@@ -109,3 +109,32 @@ async def test_shared_server_restarts_after_a_crash(flaky):
             second = int((await session.call("whoami")).text)
         assert pool.started == 2
     assert first != second and not alive(first) and not alive(second)
+
+
+async def test_cancelled_rollouts_leave_no_process(flaky):
+    # one rollout crashes, max_exceptions=0 stops the gather, which cancels the others mid tool call
+    pids: list[int] = []
+    ready = asyncio.Event()
+
+    async def rollout(pool: art_mcp.ServerPool, crash: bool) -> Trajectory:
+        async with pool.session() as session:
+            pids.append(int((await session.call("whoami")).text))
+            if crash:
+                await ready.wait()
+                await session.call("die")
+            if len(pids) == 3:
+                ready.set()
+            await session.call("hang", {"seconds": 20})
+            return Trajectory()
+
+    async with art_mcp.ServerPool(flaky, max_processes=3, timeout=60) as pool:
+        with pytest.raises(TooManyExceptions, match="ServerCrashed"):
+            await gather_trajectory_groups(
+                [TrajectoryGroup(rollout(pool, crash=i == 0) for i in range(3))], show_progress=False
+            )
+    assert len(pids) == 3
+    for _ in range(100):  # hung servers may need the SIGTERM escalation
+        if not any(alive(p) for p in pids):
+            break
+        await asyncio.sleep(0.1)
+    assert not any(alive(p) for p in pids)
