@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--path", default=None, help="run-directory root (default ART_HOME or ./.art)")
     s.add_argument("--device", default=None, help="torch device, e.g. cpu or cuda")
     s.add_argument("--vllm-python", default=None, help="interpreter with vLLM installed (env ART_VLLM_PYTHON)")
+    s.add_argument("--engine-dtype", choices=["auto", "float32", "bfloat16", "float16"], default=None,
+                   help="weights' dtype in the transformers engine (default: each model's config.dtype)")
     s.add_argument("--log-level", default="info")
 
     d = sub.add_parser("demo", help="train smollm2-135m on a small bundled task and plot the reward")
@@ -68,7 +70,7 @@ def serve(args: argparse.Namespace) -> int:
                       "(or set ART_API_KEY), or bind 127.0.0.1[/red]")
         return 2
     service = ModelService(root=args.path, engine=args.engine, device=args.device,
-                           vllm_python=args.vllm_python)
+                           vllm_python=args.vllm_python, engine_dtype=args.engine_dtype)
     app = create_app(service, api_key=args.api_key)
 
     @app.on_event("shutdown")

@@ -36,6 +36,7 @@ class LocalBackend:
         engine: "transformers" or "vllm"; None uses each model's ``config.engine``.
         device: torch device ("cpu", "cuda"); default cuda when available.
         port: port for the OpenAI endpoint; 0 picks a free one.
+        engine_dtype: dtype of the transformers engine's weights (e.g. "bfloat16"); None: the model's.
 
     Example:
         backend = LocalBackend()
@@ -52,9 +53,10 @@ class LocalBackend:
         port: int = 0,
         vllm_python: str | None = None,
         sync_tolerance: float | None = None,
+        engine_dtype: str | None = None,
     ) -> None:
         self.service = ModelService(root=path, engine=engine, device=device, vllm_python=vllm_python,
-                                    sync_tolerance=sync_tolerance)
+                                    sync_tolerance=sync_tolerance, engine_dtype=engine_dtype)
         self.port = port
         self.url: str | None = None
         self._loop: asyncio.AbstractEventLoop | None = None

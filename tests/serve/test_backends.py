@@ -92,3 +92,29 @@ async def test_local_backend_hold_makes_requests_wait_for_the_new_step(tiny_mode
         assert [r.model_extra["art_step"] for r in replies] == [1, 1, 1, 1]
     finally:
         await backend.close()
+
+
+async def test_bfloat16_engine_serves_a_float32_trainer(tiny_model_path: Path, tmp_path: Path) -> None:
+    backend = LocalBackend(path=tmp_path, engine_dtype="bfloat16")
+    model = art.TrainableModel(name="bf16", project="serve", base_model=str(tiny_model_path))
+    try:
+        await model.register(backend)
+        engine = backend.service.entry("bf16").engine
+        assert str(engine.model.dtype) == "torch.bfloat16"
+        client = model.openai_client()
+
+        async def rollout(i: int) -> art.Trajectory:
+            with art.capture() as traj:
+                await client.chat.completions.create(model=model.served_name(), messages=PROMPT, max_tokens=6, seed=i)
+            traj.reward = float(i % 2)
+            return traj
+
+        groups = await art.gather_trajectory_groups([art.TrajectoryGroup(rollout(i) for i in range(4))],
+                                                    show_progress=False)
+        result = await model.train(groups, config=art.TrainConfig(learning_rate=5e-2), verbose=False)
+        # the probe differs by bfloat16 rounding only, within the engine's half-precision tolerance
+        assert 0 < result.metrics["weight_sync/max_abs_diff"] < engine.sync_tolerance == 0.1
+        r = await client.chat.completions.create(model=model.served_name(), messages=PROMPT, max_tokens=4)
+        assert r.model_extra["art_step"] == 1 and len(r.choices[0].model_extra["token_ids"]) == 4
+    finally:
+        await backend.close()
