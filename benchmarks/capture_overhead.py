@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import contextvars
 import json
 import os
 import platform
@@ -32,7 +33,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from langchain_core.callbacks import BaseCallbackHandler  # noqa: E402
 from langchain_core.tools import tool  # noqa: E402
+from langchain_core.tracers.context import register_configure_hook  # noqa: E402
 from langgraph.graph import START, MessagesState, StateGraph  # noqa: E402
 from langgraph.prebuilt import ToolNode, tools_condition  # noqa: E402
 
@@ -45,7 +48,7 @@ CALLS_PER_RUN = TOOL_ROUNDS + 1
 
 # A fast server (uvicorn) in its own process; replies are built by the tests' scripted server code.
 SERVER = f"""
-import sys
+import asyncio, sys
 sys.path.insert(0, {str(ROOT)!r})
 import uvicorn
 from starlette.applications import Starlette
@@ -55,6 +58,8 @@ from tests.support.scripted_openai import completion
 
 async def chat(request):
     body = await request.json()
+    if {{delay}}:
+        await asyncio.sleep({{delay}})  # stands in for generation time
     done = sum(1 for m in body["messages"] if m["role"] == "tool")
     if done >= {TOOL_ROUNDS}:
         reply = {{"content": "the total is " + body["messages"][-1]["content"] + " and that is final"}}
@@ -121,56 +126,107 @@ class TimedHandler(CaptureHandler):
         TimedHandler.spent += time.perf_counter() - t0
 
 
-async def main(runs: int, batch: int) -> dict[str, Any]:
+class Noop(BaseCallbackHandler):
+    """A handler that does nothing, attached the same way: LangChain's own cost of any handler."""
+
+    run_inline = True
+    ignore_chain = ignore_retriever = ignore_retry = ignore_custom_event = True
+
+
+_noop: contextvars.ContextVar[Noop | None] = contextvars.ContextVar("bench_noop", default=None)
+
+
+def start_server(delay_s: float) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-c", SERVER.replace("{port}", str(port))])
+    code = SERVER.replace("{port}", str(port)).replace("{delay}", repr(delay_s))
+    server = subprocess.Popen([sys.executable, "-c", code])
+    wait_ready(port)
+    return server, f"http://127.0.0.1:{port}/v1"
+
+
+async def timed_modes(modes: dict[str, Any], runs: int, batch: int) -> dict[str, float]:
+    """Median seconds per run of each mode, alternating batches so drift hits all modes alike."""
+    times: dict[str, list[float]] = {name: [] for name in modes}
+    for start in range(0, runs, batch):
+        for name, fn in modes.items():
+            for i in range(start, min(start + batch, runs)):
+                t0 = time.perf_counter()
+                await fn(i)
+                times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(v) for name, v in times.items()}
+
+
+def graph_modes(graph: Any) -> dict[str, Any]:
+    async def plain(i: int) -> None:
+        await graph.ainvoke({"messages": [("user", f"task {i}")]})
+
+    async def noop(i: int) -> None:
+        token = _noop.set(Noop())
+        try:
+            await graph.ainvoke({"messages": [("user", f"task {i}")]})
+        finally:
+            _noop.reset(token)
+
+    @art_graph.rollout
+    async def captured(i: int) -> float:
+        await graph.ainvoke({"messages": [("user", f"task {i}")]})
+        return 1.0
+
+    return {"plain": plain, "noop": noop, "captured": captured}
+
+
+async def main(runs: int, batch: int, slow_ms: float) -> dict[str, Any]:
+    register_configure_hook(_noop, inheritable=True)
+    fast, fast_url = start_server(0.0)
+    slow, slow_url = start_server(slow_ms / 1000)
     try:
-        url = f"http://127.0.0.1:{port}/v1"
-        wait_ready(port)
-        graph = build_graph(url)
-
-        async def plain(i: int) -> None:
-            await graph.ainvoke({"messages": [("user", f"task {i}")]})
-
-        @art_graph.rollout
-        async def captured(i: int) -> float:
-            await graph.ainvoke({"messages": [("user", f"task {i}")]})
-            return 1.0
-
-        for i in range(20):  # warm up both paths
-            await plain(i)
-            traj = await captured(i)
-        assert traj.metadata["capture"]["calls"] == CALLS_PER_RUN, traj.metadata["capture"]
-        assert traj.metadata["capture"]["trainable_turns"] == CALLS_PER_RUN
-
-        without: list[float] = []
-        with_: list[float] = []
-        for start in range(0, runs, batch):  # alternate batches so drift hits both sides alike
-            for mode, times in ((plain, without), (captured, with_)):
-                for i in range(start, min(start + batch, runs)):
-                    t0 = time.perf_counter()
-                    await mode(i)
-                    times.append(time.perf_counter() - t0)
+        modes = graph_modes(build_graph(fast_url))
+        for i in range(20):  # warm up every path
+            for fn in modes.values():
+                result = await fn(i)
+        assert result.metadata["capture"]["calls"] == CALLS_PER_RUN, result.metadata["capture"]
+        assert result.metadata["capture"]["trainable_turns"] == CALLS_PER_RUN
+        medians = await timed_modes(modes, runs, batch)
 
         handler_runs = min(runs, 200)
+        graph = build_graph(fast_url)
         for i in range(handler_runs):
             with art.capture():
                 await graph.ainvoke(
                     {"messages": [("user", f"task {i}")]}, config={"callbacks": [TimedHandler()]}
                 )
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
 
-    m_without, m_with = statistics.median(without), statistics.median(with_)
+        slow_modes = graph_modes(build_graph(slow_url))
+        del slow_modes["noop"]
+        for i in range(5):
+            for fn in slow_modes.values():
+                await fn(i)
+        slow_medians = await timed_modes(slow_modes, max(runs // 8, 20), batch)
+    finally:
+        for server in (fast, slow):
+            server.terminate()
+            server.wait(timeout=10)
+
+    def per_call(a: float, b: float) -> float:
+        return round((a - b) / CALLS_PER_RUN * 1e6, 1)
+
     return {
-        "overhead_us_per_call": round((m_with - m_without) / CALLS_PER_RUN * 1e6, 1),
-        "overhead_ratio": round(m_with / m_without, 4),
+        "overhead_us_per_call": per_call(medians["captured"], medians["plain"]),
+        "overhead_ratio": round(medians["captured"] / medians["plain"], 4),
+        "langchain_any_handler_us_per_call": per_call(medians["noop"], medians["plain"]),
+        "art_graph_beyond_any_handler_us_per_call": per_call(medians["captured"], medians["noop"]),
         "handler_us_per_call": round(TimedHandler.spent / (handler_runs * CALLS_PER_RUN) * 1e6, 1),
-        "median_run_ms_without": round(m_without * 1e3, 3),
-        "median_run_ms_with": round(m_with * 1e3, 3),
+        "median_run_ms": {k: round(v * 1e3, 3) for k, v in medians.items()},
         "runs_per_mode": runs,
         "llm_calls_per_run": CALLS_PER_RUN,
+        "server_ms_per_call": 0,
+        "with_generation_time": {
+            "server_ms_per_call": slow_ms,
+            "overhead_us_per_call": per_call(slow_medians["captured"], slow_medians["plain"]),
+            "overhead_ratio": round(slow_medians["captured"] / slow_medians["plain"], 4),
+            "median_run_ms": {k: round(v * 1e3, 3) for k, v in slow_medians.items()},
+            "runs_per_mode": max(runs // 8, 20),
+        },
         "targets": {"overhead_us_per_call": 300, "overhead_ratio": 1.03},
         "machine": {
             "python": platform.python_version(),
@@ -185,9 +241,12 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=400, help="graph runs per mode")
     parser.add_argument("--batch", type=int, default=20, help="runs per batch before switching mode")
+    parser.add_argument(
+        "--slow-ms", type=float, default=20.0, help="server delay per call for the second view"
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/capture_overhead.json")
     args = parser.parse_args()
-    result = asyncio.run(main(args.runs, args.batch))
+    result = asyncio.run(main(args.runs, args.batch, args.slow_ms))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     json.dump(result, sys.stdout, indent=2)
