@@ -15,15 +15,13 @@ import asyncio
 import logging
 import random
 import re
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from app import build_app  # this folder: run as `python examples/langgraph_agent/train.py`
 
-import art_core as art  # noqa: E402
-import art_graph  # noqa: E402
-from app import build_app  # noqa: E402
+import art_core as art
+import art_graph
 
 logger = logging.getLogger("langgraph_agent")
 

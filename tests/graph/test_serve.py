@@ -34,7 +34,9 @@ async def test_captured_token_ids_are_the_engines_and_train(tiny_model: Path, tm
     await model.register(backend)
     try:
         llm = art_graph.chat_model(
-            model, max_tokens=6, temperature=1.0,
+            model,
+            max_tokens=6,
+            temperature=1.0,
             http_async_client=httpx.AsyncClient(event_hooks={"response": [keep_body]}),
         )
 
@@ -63,15 +65,23 @@ async def test_captured_token_ids_are_the_engines_and_train(tiny_model: Path, tm
         trajectories = [t for g in groups for t in g.trajectories]
         assert len(trajectories) == 4 and not any(g.exceptions for g in groups)
 
-        sent = [(b["choices"][0]["token_ids"], [c["logprob"] for c in b["choices"][0]["logprobs"]["content"]]) for b in bodies]
+        sent = [
+            (b["choices"][0]["token_ids"], [c["logprob"] for c in b["choices"][0]["logprobs"]["content"]])
+            for b in bodies
+        ]
         captured = [
-            (s.token_ids, s.logprobs) for t in trajectories for _, s in sorted(t.samples(), key=lambda x: x[0])
+            (s.token_ids, s.logprobs)
+            for t in trajectories
+            for _, s in sorted(t.samples(), key=lambda x: x[0])
         ]
         assert len(captured) == len(sent) == 8
         for ids, logprobs in captured:
             assert (ids, logprobs) in sent  # the exact ids and logprobs the engine sampled
         for t in trajectories:
-            assert [art.message_sample(m).node for m in t.turns if m["role"] == "assistant"] == ["answer", "check"]
+            assert [art.message_sample(m).node for m in t.turns if m["role"] == "assistant"] == [
+                "answer",
+                "check",
+            ]
             assert t.metadata["capture"]["turns_without_token_ids"] == 0
 
         result = await model.train(groups, config=art.TrainConfig(learning_rate=1e-2), verbose=False)
