@@ -87,6 +87,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-processes", type=int, default=4, help="live MCP server processes at most")
     p.add_argument("--concurrency", type=int, default=8, help="rollouts at once")
     p.add_argument("--chat-template", help="chat template for the base model (text or a TRL template name)")
+    p.add_argument(
+        "--max-seq-len", type=int, default=4096, help="longest sequence served or trained (default 4096)"
+    )
+    p.add_argument(
+        "--gradient-checkpointing",
+        action="store_true",
+        help="recompute activations in backward: much less memory for agent-length sequences",
+    )
     p.add_argument("--project", default="autorl")
     p.add_argument("--name", default="mcp-agent", help="model name")
     p.add_argument(
@@ -172,7 +180,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         from art_train import LocalBackend  # the bundled backend: only when no remote one is given
 
         backend = LocalBackend(path=out / ".art")
-    config = ModelConfig(chat_template=args.chat_template) if args.chat_template else ModelConfig()
+    config = ModelConfig(
+        chat_template=args.chat_template,
+        max_seq_len=args.max_seq_len,
+        gradient_checkpointing=args.gradient_checkpointing,
+    )
     model = TrainableModel(name=args.name, project=args.project, base_model=args.base_model, config=config)
     console.print(f"[bold]model[/bold]: registering {args.name} on {args.base_model}")
 
