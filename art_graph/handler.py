@@ -161,19 +161,19 @@ class CaptureHandler(BaseCallbackHandler):
     def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
         with self._lock:
             call = self._calls.pop(run_id, None)
-        if call is None or not response.generations or not response.generations[0]:
+        if call is None or not response.generations:
             return
-        generation = response.generations[0][0]
-        message = getattr(generation, "message", None)
-        if message is None:
-            return
-        reply = self._to_openai([message])[0]  # cached: the graph's state will hand this message back
-        sample = self._sample(call, generation.generation_info or {}, response.llm_output or {})
-        with self._lock:
-            record_completion(
-                call.request, reply, tools=call.tools, sample=sample, trajectory=call.trajectory
-            )
-            self._count(call, reply, sample)
+        for generation in response.generations[0]:  # more than one with n > 1: each its own history
+            message = getattr(generation, "message", None)
+            if message is None:
+                continue
+            reply = self._to_openai([message])[0]  # cached: the graph's state will hand this message back
+            sample = self._sample(call, generation.generation_info or {}, response.llm_output or {})
+            with self._lock:
+                record_completion(
+                    call.request, reply, tools=call.tools, sample=sample, trajectory=call.trajectory
+                )
+                self._count(call, reply, sample)
 
     def _sample(self, call: _Call, info: dict[str, Any], llm_output: dict[str, Any]) -> Sample | None:
         if not call.trainable:
@@ -248,7 +248,9 @@ class CaptureHandler(BaseCallbackHandler):
         """The short capture report stored in ``trajectory.metadata["capture"]``."""
         s = self.stats
         trajectory = trajectory if trajectory is not None else self.trajectory
-        histories = [trajectory.turns, *(h.turns for h in trajectory.additional_histories)] if trajectory else []
+        histories = (
+            [trajectory.turns, *(h.turns for h in trajectory.additional_histories)] if trajectory else []
+        )
         return {
             "calls": s.calls,
             "histories": sum(1 for turns in histories if turns),

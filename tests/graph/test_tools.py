@@ -246,3 +246,38 @@ def test_no_capture_outside_a_rollout():
         state = graph.invoke({"messages": [("user", "what is 2+3?")]})
     assert state["messages"][-1].content == "the sum is 5"
     assert art.current_trajectory() is None
+
+
+def test_n_choices_each_become_a_history():
+    reply = {
+        "raw": {
+            "id": "x",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "agent",
+            "choices": [
+                {
+                    "index": i,
+                    "message": {"role": "assistant", "content": f"option {i}"},
+                    "finish_reason": "stop",
+                    "logprobs": {
+                        "content": [
+                            {
+                                "token": f"token_id:{10 + i}",
+                                "logprob": -0.5,
+                                "bytes": None,
+                                "top_logprobs": [],
+                            }
+                        ]
+                    },
+                }
+                for i in range(2)
+            ],
+        }
+    }
+    with ScriptedOpenAI(reply) as server:
+        llm = art_graph.chat_model(trainable(server.url), n=2)
+        with art_graph.capturing() as traj:
+            llm.invoke("pick")
+    assert [h.turns[-1]["content"] for h in traj.histories()] == ["option 0", "option 1"]
+    assert [art.message_sample(h.turns[-1]).token_ids for h in traj.histories()] == [[10], [11]]
