@@ -1,4 +1,5 @@
-"""A real graph against ART's own server (LocalBackend, tiny random model): token ids and a training step."""
+"""A real graph against ART's own server, in-process (LocalBackend) and as a real `art serve` process
+(RemoteBackend), with the tiny random model: captured token ids are the engine's, and they train."""
 
 from __future__ import annotations
 
@@ -12,15 +13,17 @@ import art_core as art
 import art_graph
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from art_train.models import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.getbasetemp() / "graph-tiny-llama")
+from tests.serve.conftest import art_serve, tiny_model_path  # noqa: F401 - fixtures: a real `art serve`
 
 
 @pytest.mark.slow
-async def test_captured_token_ids_are_the_engines_and_train(tiny_model: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["local", "remote"])
+async def test_captured_token_ids_are_the_engines_and_train(
+    kind: str,
+    tiny_model_path: Path,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,  # noqa: F811
+) -> None:
     from art_train import LocalBackend
 
     bodies: list[dict] = []
@@ -29,8 +32,11 @@ async def test_captured_token_ids_are_the_engines_and_train(tiny_model: Path, tm
         await response.aread()
         bodies.append(response.json())
 
-    backend = LocalBackend(path=tmp_path)
-    model = art.TrainableModel(name="graph-e2e", project="graph", base_model=str(tiny_model))
+    if kind == "local":
+        backend = LocalBackend(path=tmp_path)
+    else:
+        backend = art.RemoteBackend(request.getfixturevalue("art_serve"))
+    model = art.TrainableModel(name=f"graph-e2e-{kind}", project="graph", base_model=str(tiny_model_path))
     await model.register(backend)
     try:
         llm = art_graph.chat_model(
