@@ -13,16 +13,13 @@ import art_core as art
 import art_graph
 
 
-from tests.serve.conftest import art_serve, tiny_model_path  # noqa: F401 - fixtures: a real `art serve`
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["local", "remote"])
 async def test_captured_token_ids_are_the_engines_and_train(
     kind: str,
     tiny_model_path: Path,
     tmp_path: Path,
-    request: pytest.FixtureRequest,  # noqa: F811
+    request: pytest.FixtureRequest,
 ) -> None:
     from art_train import LocalBackend
 
