@@ -86,10 +86,10 @@ class TransformersEngine:
         self.model_config = model_config
         self.device = device
         self.dtype = dtype or (getattr(model_config, "dtype", None) or "auto")
-        # serving in half precision while the trainer runs float32: the probe differs by rounding
+        # serving in half precision while the trainer runs float32: rounding moves some probe tokens by ~0.2
         trainer_dtype = getattr(model_config, "dtype", None) or "auto"
         half = self.dtype in ("bfloat16", "float16")
-        self.sync_tolerance: float | None = 0.1 if half and self.dtype != trainer_dtype else None
+        self.sync_tolerance: float | None = 0.5 if half and self.dtype != trainer_dtype else None
         self.max_batch = max_batch
         self.max_models = max_models
         self.max_seq_len = max_seq_len or getattr(model_config, "max_seq_len", None) or 4096
@@ -390,7 +390,8 @@ class TransformersEngine:
             for key in list(batches):
                 batch = batches[key]
                 try:
-                    self._decode_step(batch)
+                    if batch.seqs:  # empty when every row finished at prefill (e.g. max_tokens=1)
+                        self._decode_step(batch)
                 except Exception as exc:  # noqa: BLE001 - fail the batch's requests, keep serving
                     logger.exception("decoding failed")
                     self._fail(batch.seqs, exc)

@@ -113,7 +113,7 @@ async def test_bfloat16_engine_serves_a_float32_trainer(tiny_model_path: Path, t
                                                     show_progress=False)
         result = await model.train(groups, config=art.TrainConfig(learning_rate=5e-2), verbose=False)
         # the probe differs by bfloat16 rounding only, within the engine's half-precision tolerance
-        assert 0 < result.metrics["weight_sync/max_abs_diff"] < engine.sync_tolerance == 0.1
+        assert 0 < result.metrics["weight_sync/max_abs_diff"] < engine.sync_tolerance == 0.5
         r = await client.chat.completions.create(model=model.served_name(), messages=PROMPT, max_tokens=4)
         assert r.model_extra["art_step"] == 1 and len(r.choices[0].model_extra["token_ids"]) == 4
     finally:
