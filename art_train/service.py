@@ -288,7 +288,8 @@ class ModelService:
         served = await entry.engine.sequence_logprobs(ids, adapter)
         trained = await asyncio.to_thread(entry.trainer.sequence_logprobs, ids, step)
         n = min(len(served), len(trained))
-        diff = max((abs(a - b) for a, b in zip(served[-n:], trained[-n:], strict=True)), default=0.0)
+        diffs = [abs(a - b) for a, b in zip(served[-n:], trained[-n:], strict=True)]
+        diff = max(diffs, default=0.0)
         tol = self._tolerance(entry)
         if n == 0 or diff > tol:
             entry.loaded.discard(step)
@@ -297,8 +298,9 @@ class ModelService:
                 f"weight-sync check failed for {adapter}: the engine's logprobs on the probe differ from the "
                 f"trainer's for checkpoint {step} by up to {diff:.4g} (tolerance {tol:g}, {n} tokens); the engine "
                 "is not serving the trained weights, so this step is not served")
-        logger.info("%s: weight sync ok (max |dlogprob| %.2e, load %.3fs)", adapter, diff, t_load)
-        return {"weight_sync/max_abs_diff": diff, "time/load_adapter_s": t_load,
+        mean = sum(diffs) / n
+        logger.info("%s: weight sync ok (max |dlogprob| %.2e, mean %.2e, load %.3fs)", adapter, diff, mean, t_load)
+        return {"weight_sync/max_abs_diff": diff, "weight_sync/mean_abs_diff": mean, "time/load_adapter_s": t_load,
                 "time/swap_s": time.perf_counter() - t0}
 
     async def _train(self, name: str, run: Callable[[Any, Progress], TrainResult], progress: Progress | None) -> TrainResult:

@@ -74,7 +74,8 @@ class VLLMEngine:
         self.startup_timeout = startup_timeout
         self.url = f"http://127.0.0.1:{self.port}"
         self.gpu = _on_gpu()
-        self.sync_tolerance = 0.02 if self.gpu else 0.25  # bfloat16 on CPU
+        # bfloat16 on CPU against a float32 trainer: rounding alone moves some probe tokens by ~0.25
+        self.sync_tolerance = 0.02 if self.gpu else 0.5
         self.gate = Gate()
         self._adapters: dict[str, Path] = {}
         self._proc: subprocess.Popen[bytes] | None = None
@@ -150,13 +151,32 @@ class VLLMEngine:
         while not self._stopping:
             await asyncio.sleep(2.0)
             if self._proc is not None and self._proc.poll() is not None and not self._stopping:
-                logger.error("vLLM (pid %d) died with code %s; restarting", self._proc.pid, self._proc.returncode)
-                await self._restart()
+                try:
+                    await self._restart()
+                except EngineError:
+                    logger.exception("restarting vLLM failed; the next request tries again")
+
+    async def _healthy(self) -> bool:
+        with contextlib.suppress(httpx.HTTPError):
+            return (await self._client.get("/health", timeout=5)).status_code == 200
+        return False
 
     async def _restart(self) -> None:
+        """Bring the server back if it is gone (a request saw a dropped connection, or the watchdog a dead pid)."""
         async with self._restart_lock:
-            if self._proc is not None and self._proc.poll() is None:
-                return
+            proc = self._proc
+            if proc is not None and proc.poll() is None:
+                if await self._healthy():
+                    return  # another caller restarted it already, or the error was transient
+                for _ in range(40):  # a killed server closes its socket a moment before its pid exits
+                    await asyncio.sleep(0.25)
+                    if proc.poll() is not None:
+                        break
+                else:
+                    logger.error("vLLM (pid %d) stopped answering; killing its process group", proc.pid)
+                    await asyncio.to_thread(self._kill)
+            code = proc.returncode if proc is not None else None
+            logger.error("vLLM (pid %s) exited with code %s; restarting", proc.pid if proc else None, code)
             self._spawn()
             await self._wait_ready()
             for name, path in list(self._adapters.items()):

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file, save_file
 
 import art_core as art
 from art_train import LocalBackend
+from art_train.service import WeightSyncError
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -19,7 +23,10 @@ ROOT = Path(__file__).resolve().parents[2]
 def _vllm_python() -> str:
     python = os.environ.get("ART_VLLM_PYTHON") or str(ROOT / ".venv-vllm" / "bin" / "python")
     if not Path(python).exists() or subprocess.run([python, "-c", "import vllm"], capture_output=True).returncode:
-        pytest.skip(f"no vLLM at {python}: run `bash scripts/setup_vllm.sh` or set ART_VLLM_PYTHON")
+        message = f"no vLLM at {python}: run `bash scripts/setup_vllm.sh` or set ART_VLLM_PYTHON"
+        if os.environ.get("ART_REQUIRE_VLLM") == "1":  # CI: a missing vLLM is a failure, not a skip
+            pytest.fail(message + " (ART_REQUIRE_VLLM=1)")
+        pytest.skip(message)
     return python
 
 
@@ -43,20 +50,37 @@ async def test_vllm_engine_serves_trains_swaps_and_restarts(tmp_path: Path) -> N
                 r = await client.chat.completions.create(model=model.served_name(), messages=prompt, tools=TOOLS,
                                                          max_tokens=24, seed=seed)
             traj.reward = float(len(r.choices[0].message.content or "") % 4)
+            traj.metadata["served_ids"] = r.choices[0].model_extra["token_ids"]
             return traj
 
         groups = await art.gather_trajectory_groups([art.TrajectoryGroup(rollout(i) for i in range(4))],
                                                     show_progress=False)
-        sample = groups[0].trajectories[0].turns[-1]["sample"]
-        assert len(sample["token_ids"]) == len(sample["logprobs"]) > 0 and sample["step"] == 0
+        for traj in groups[0].trajectories:
+            sample = traj.turns[-1]["sample"]
+            assert sample["token_ids"] == traj.metadata["served_ids"] and sample["step"] == 0
+            assert len(sample["token_ids"]) == len(sample["logprobs"]) > 0
         result = await model.train(groups, config=art.TrainConfig(learning_rate=1e-3), verbose=False)
-        assert result.step == 1 and "weight_sync/max_abs_diff" in result.metrics
+        assert result.step == 1 and result.metrics["weight_sync/max_abs_diff"] < 0.5  # bfloat16 on CPU
         r = await client.chat.completions.create(model=model.served_name(), messages=prompt, max_tokens=4)
         assert r.model_extra["art_step"] == 1
 
-        engine = backend.service.entry("vl").engine
-        os.killpg(engine.pid, 9)  # the watchdog restarts it and reloads the adapters
-        r = await client.chat.completions.create(model=model.served_name(), messages=prompt, max_tokens=4)
+        # a deliberately wrong adapter must fail the weight-sync check on vLLM too
+        service, entry = backend.service, backend.service.entry("vl")
+        wrong = tmp_path / "wrong-adapter"
+        shutil.copytree(entry.rundir.checkpoint_path(1), wrong)
+        torch.manual_seed(0)
+        tensors = {k: (torch.randn_like(v) * 0.5 if "lora_B" in k else v)
+                   for k, v in load_file(wrong / "adapter_model.safetensors").items()}
+        save_file(tensors, wrong / "adapter_model.safetensors")
+        with pytest.raises(WeightSyncError, match="weight-sync check failed for vl@1"):
+            await backend._call(service._load_and_verify(entry, 1, wrong))
+        ok = await backend._call(service._load_and_verify(entry, 1))  # the true checkpoint passes again
+        assert ok["weight_sync/max_abs_diff"] < 0.5 and ok["weight_sync/mean_abs_diff"] < 0.1
+
+        engine = entry.engine
+        os.killpg(engine.pid, 9)  # the next request (or the watchdog) restarts it and reloads the adapters
+        strict = client.with_options(max_retries=0)  # the restart must be invisible: no 5xx, no client retry
+        r = await strict.chat.completions.create(model=model.served_name(), messages=prompt, max_tokens=4)
         assert r.model_extra["art_step"] == 1 and r.choices[0].model_extra["token_ids"]
     finally:
         await backend.close()
