@@ -116,8 +116,8 @@ async def demo(steps: int, output: Path, base_model: str, groups: int, group_siz
 
 def run_demo(args: argparse.Namespace) -> int:
     history = asyncio.run(demo(
-        steps=args.steps or 12, output=Path(args.output), base_model=args.model, groups=args.groups or 6,
-        group_size=args.group_size or 6, lr=args.learning_rate or 1e-4, seed=args.seed))
+        steps=args.steps or 16, output=Path(args.output), base_model=args.model, groups=args.groups or 6,
+        group_size=args.group_size or 6, lr=args.learning_rate or 3e-4, seed=args.seed))
     if len(history) >= 2:
         first, last = history[0]["reward"], history[-1]["reward"]
         console.print(f"reward went from {first:.3f} to {last:.3f}")

@@ -1,9 +1,10 @@
 """Serving throughput and adapter-swap time on smollm2-135m with a rank-8 LoRA on every projection.
 
 Arms, all in one run, each on the same 32 prompts (~300 tokens, 128 new tokens, temperature 1):
-  embedded     art serve (LocalBackend, transformers engine), 32 concurrent HTTP requests
-  sequential   the same prompts one at a time with peft + model.generate
-  hf_batched   all 32 in one left-padded model.generate call (peft)
+  embedded     art serve (LocalBackend, transformers engine, float32), 32 concurrent HTTP requests
+  embedded_bf16  the same with LocalBackend(engine_dtype="bfloat16") (the trainer stays float32)
+  sequential   the same prompts one at a time with peft + model.generate (float32, and bfloat16)
+  hf_batched   all 32 in one left-padded model.generate call (peft; float32, and bfloat16)
   raw_vllm     vLLM's own server serving the adapter, 32 concurrent requests   (needs --vllm-python)
   proxy_vllm   art serve with the vllm engine in front of that server          (needs --vllm-python)
 Swap: seconds from the end of an optimizer step to the new adapter answering (save + load + the
@@ -34,6 +35,7 @@ import art_core as art  # noqa: E402
 from art_train import LocalBackend  # noqa: E402
 
 N, NEW = 32, 128
+BASE = "smollm2-135m"
 FILLER = ("The history of the region is long and varied, with many small towns along the river, each known "
           "for its market, its bridges and the festivals held every spring. ")
 
@@ -41,7 +43,7 @@ FILLER = ("The history of the region is long and varied, with many small towns a
 def prompts(tokenizer: Any) -> list[list[dict[str, str]]]:
     out = []
     for i in range(N):
-        text = f"Document {i}. " + FILLER * 11 + f"Question {i}: summarise the document above in your own words."
+        text = f"Document {i}. " + FILLER * 8 + f"Question {i}: summarise the document above in your own words."
         out.append([{"role": "user", "content": text}])
     return out
 
@@ -59,14 +61,15 @@ async def concurrent(url: str, model: str, messages: list[list[dict]], api_key: 
         return time.perf_counter() - t0, sum(counts)
 
 
-def hf_arms(base: Path, adapter: Path, messages: list[list[dict]], template: str, seq_n: int) -> dict[str, float]:
+def hf_arms(base: Path, adapter: Path, messages: list[list[dict]], template: str, seq_n: int,
+            dtype: str = "float32") -> dict[str, float]:
     from peft import PeftModel
 
     from art_train.models import load_causal_lm, load_tokenizer
 
     tok = load_tokenizer(base)
     tok.padding_side = "left"
-    model = PeftModel.from_pretrained(load_causal_lm(base, "float32", "cpu"), str(adapter)).eval()
+    model = PeftModel.from_pretrained(load_causal_lm(base, dtype, "cpu"), str(adapter)).eval()
     texts = [tok.apply_chat_template(m, chat_template=template, add_generation_prompt=True, tokenize=False)
              for m in messages]
     kw = {"max_new_tokens": NEW, "min_new_tokens": NEW, "do_sample": True, "temperature": 1.0, "top_p": 1.0,
@@ -86,9 +89,9 @@ def hf_arms(base: Path, adapter: Path, messages: list[list[dict]], template: str
     return out
 
 
-async def serve_arm(engine: str, home: Path, vllm_python: str | None) -> dict[str, Any]:
-    backend = LocalBackend(path=home, engine=engine, vllm_python=vllm_python)
-    model = art.TrainableModel(name=f"bench-{engine}", project="bench", base_model="smollm2-135m",
+async def serve_arm(engine: str, home: Path, vllm_python: str | None, engine_dtype: str | None = None) -> dict[str, Any]:
+    backend = LocalBackend(path=home, engine=engine, vllm_python=vllm_python, engine_dtype=engine_dtype)
+    model = art.TrainableModel(name=f"bench-{engine}-{engine_dtype or 'auto'}", project="bench", base_model=BASE,
                                config=art.ModelConfig(max_seq_len=2048))
     out: dict[str, Any] = {}
     try:
@@ -138,28 +141,46 @@ async def serve_arm(engine: str, home: Path, vllm_python: str | None) -> dict[st
 
 
 async def main() -> None:
+    global BASE, N, NEW
     parser = argparse.ArgumentParser()
     parser.add_argument("--vllm-python", default=os.environ.get("ART_VLLM_PYTHON"))
     parser.add_argument("--sequential", type=int, default=8, help="prompts timed one at a time (rate is per token)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "serve.json"))
+    parser.add_argument("--base-model", default=BASE, help="smoke-test the script on a tiny model folder")
+    parser.add_argument("--requests", type=int, default=N)
+    parser.add_argument("--new-tokens", type=int, default=NEW)
     args = parser.parse_args()
+    BASE, N, NEW = args.base_model, args.requests, args.new_tokens
     torch.manual_seed(0)
     home = Path(tempfile.mkdtemp(prefix="art-bench-serve-"))
     from art_train.models import resolve_base_model
 
-    base = resolve_base_model("smollm2-135m")
+    base = resolve_base_model(BASE)
     results: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "torch": torch.__version__,
                                            "platform": platform.platform()},
-                               "workload": {"requests": N, "new_tokens": NEW, "temperature": 1.0, "lora_rank": 8}}
+                               "workload": {"requests": N, "new_tokens": NEW, "temperature": 1.0, "lora_rank": 8,
+                                            "base_model": BASE}}
     emb = await serve_arm("transformers", home, None)
     results["embedded_tok_s"] = emb["tok_s"]
     results["swap_s_transformers"] = emb["swap_s"]
     results["swap_parts_transformers"] = emb["swap_parts"]
+    bf = await serve_arm("transformers", home, None, engine_dtype="bfloat16")
+    results["embedded_bf16_tok_s"] = bf["tok_s"]
+    results["swap_s_transformers_bf16"] = bf["swap_s"]
+    results["swap_parts_transformers_bf16"] = bf["swap_parts"]
     hf = await asyncio.to_thread(hf_arms, base, Path(emb["adapter_path"]), prompts(None), emb["template"],
                                  args.sequential)
     results.update(hf)
+    hf16 = await asyncio.to_thread(hf_arms, base, Path(emb["adapter_path"]), prompts(None), emb["template"],
+                                   args.sequential, "bfloat16")
+    results.update({f"{k}_bf16": v for k, v in hf16.items() if k != "prompt_tokens_mean"})
     results["embedded_vs_sequential"] = results["embedded_tok_s"] / hf["sequential_tok_s"]
     results["embedded_vs_hf_batched"] = results["embedded_tok_s"] / hf["hf_batched_tok_s"]
+    # bfloat16 engine against the best plain transformers does in either dtype
+    best_seq = max(hf["sequential_tok_s"], hf16["sequential_tok_s"])
+    best_batch = max(hf["hf_batched_tok_s"], hf16["hf_batched_tok_s"])
+    results["embedded_bf16_vs_sequential"] = results["embedded_bf16_tok_s"] / best_seq
+    results["embedded_bf16_vs_hf_batched"] = results["embedded_bf16_tok_s"] / best_batch
     if args.vllm_python:
         vl = await serve_arm("vllm", home, args.vllm_python)
         results["raw_vllm_tok_s"] = vl["raw_tok_s"]
@@ -167,6 +188,7 @@ async def main() -> None:
         results["swap_s_vllm"] = vl["swap_s"]
         results["swap_parts_vllm"] = vl["swap_parts"]
         results["embedded_vs_raw_vllm"] = results["embedded_tok_s"] / vl["raw_tok_s"]
+        results["embedded_bf16_vs_raw_vllm"] = results["embedded_bf16_tok_s"] / vl["raw_tok_s"]
         results["proxy_vs_raw_vllm"] = vl["tok_s"] / vl["raw_tok_s"]
     else:
         for key in ("embedded_vs_raw_vllm", "proxy_vs_raw_vllm", "swap_s_vllm"):
