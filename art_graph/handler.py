@@ -34,6 +34,7 @@ logger = logging.getLogger(__name__)
 
 TRAINABLE_KEY = "art_trainable"  # chat model metadata set by `chat_model()`
 MODEL_KEY = "art_model"
+_CACHE_LIMIT = 20_000  # converted messages kept per handler
 
 # The handler of the rollout running in this context; the configure hook attaches it to every run.
 active_handler: contextvars.ContextVar[CaptureHandler | None] = contextvars.ContextVar(
@@ -153,6 +154,8 @@ class CaptureHandler(BaseCallbackHandler):
             for m in messages:
                 hit = self._converted.get(id(m))
                 if hit is None or hit[0] is not m or hit[1] is not m.content:  # new, or content reassigned
+                    if len(self._converted) >= _CACHE_LIMIT:  # a long-lived explicit handler: start over
+                        self._converted.clear()
                     hit = (m, m.content, to_openai([m])[0])
                     self._converted[id(m)] = hit
                 out.append(hit[2])
