@@ -190,3 +190,18 @@ def test_concurrent_sync_rollouts_in_threads_never_mix_turns():
             trajectories = list(pool.map(run, range(24)))
     for n, traj in enumerate(trajectories):
         assert [m["content"] for m in traj.turns] == [f"task {n}", f"re: task {n}"]
+
+
+def test_import_pulls_in_no_other_plugin_or_torch():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, art_graph; "
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in {'art_train', 'ruler', 'art_mcp', 'torch', 'litellm', 'mcp'}); "
+        "print(bad)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert out == "[]"
