@@ -55,10 +55,9 @@ def capturing(
         traj.reward = score(traj)
     """
     _ensure_hook()
+    nodes = _node_set(trainable_nodes)
     traj = trajectory if trajectory is not None else Trajectory()
-    handler = CaptureHandler(
-        traj, trainable_nodes=set(trainable_nodes) if trainable_nodes is not None else None
-    )
+    handler = CaptureHandler(traj, trainable_nodes=nodes)
     token = active_handler.set(handler)
     try:
         with art_core.capture(traj):
@@ -68,8 +67,16 @@ def capturing(
         handler.flush()
         traj.metadata["capture"] = handler.report()
         traj.metrics.update(handler.node_metrics())
-        if trainable_nodes is not None:
-            traj.metadata["trainable_nodes"] = sorted(trainable_nodes)
+        if nodes is not None:
+            traj.metadata["trainable_nodes"] = sorted(nodes)
+
+
+def _node_set(nodes: Iterable[str] | None) -> set[str] | None:
+    if nodes is None:
+        return None
+    if isinstance(nodes, str):
+        raise TypeError(f"trainable_nodes takes a set of node names; wrap the one name: {{{nodes!r}}}")
+    return set(nodes)
 
 
 @overload
@@ -103,7 +110,7 @@ def rollout(
 
         trajectory = await run("What is 6 x 7?")
     """
-    nodes = set(trainable_nodes) if trainable_nodes is not None else None
+    nodes = _node_set(trainable_nodes)
     if reward_fn is not None and not callable(reward_fn):
         raise TypeError(f"reward_fn must be a function, got {type(reward_fn).__name__}")
 

@@ -103,6 +103,9 @@ def test_bad_returns_and_misuse_name_the_fix():
     with pytest.raises(ValueError, match="rewards must be finite"):
         art_graph.rollout(lambda: float("nan"))()
 
+    with pytest.raises(TypeError, match="wrap the one name: \\{'writer'\\}"):
+        art_graph.rollout(trainable_nodes="writer")
+
     with pytest.raises(TypeError, match="chat_model\\(\\) takes an art_core Model"):
         art_graph.chat_model("gpt-4")
 
