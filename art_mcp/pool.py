@@ -18,7 +18,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Literal
 
-from .session import Connection, McpSession, ServerCrashed, ServerSpec
+from .session import Connection, McpSession, ServerSpec
 
 logger = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ class ServerPool:
             self._refill()
 
     def _refill(self) -> None:
-        """Start spare processes up to `prewarm`, using only free slots (never waiting for one)."""
+        """Start spare processes up to `prewarm`; each waits for a free slot, so spares keep to the bound."""
         if self._closed:
             return
         while len(self._spares) < self.prewarm and not self._slots.locked():
@@ -169,4 +169,4 @@ class ServerPool:
             await asyncio.gather(*list(self._closing), return_exceptions=True)
 
 
-__all__ = ["Isolation", "ServerCrashed", "ServerPool"]
+__all__ = ["Isolation", "ServerPool"]
