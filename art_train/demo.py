@@ -2,8 +2,9 @@
 
 The task: short questions whose answer is one word or a number. The reward is computed from the
 reply alone (no judge): 1.0 for a reply of at most a few words that ends on its own, falling
-linearly with length, 0 when it runs out of tokens. SmolLM2 starts out chatty, so the reward
-has room to rise, and brevity is learnt within a few GRPO steps.
+linearly with length, 0 when it runs out of tokens or says nothing. It rewards brevity, not
+correctness: after training the answers are short, and not always right. SmolLM2 starts out
+chatty, so the reward has room to rise, and brevity is learnt within a few GRPO steps.
 """
 
 from __future__ import annotations
@@ -39,10 +40,10 @@ MAX_TOKENS = 40
 
 
 def brevity_reward(text: str, finish_reason: str | None) -> float:
-    """1.0 for a finished reply of <= 3 words, falling to 0 at 30 words; 0 when cut off."""
-    if finish_reason == "length":
-        return 0.0
+    """1.0 for a finished reply of 1-3 words, falling to 0 at 30 words; 0 when cut off or empty."""
     words = len(text.split())
+    if finish_reason == "length" or words == 0:
+        return 0.0
     return max(0.0, min(1.0, 1.0 - (words - 3) / 27))
 
 
@@ -80,7 +81,10 @@ async def demo(steps: int, output: Path, base_model: str, groups: int, group_siz
     rng = random.Random(seed)
     output.mkdir(parents=True, exist_ok=True)
     backend = LocalBackend(path=output / ".art")
-    model = art.TrainableModel(name=f"demo-{int(time.time())}", project="demo", base_model=base_model)
+    # short rows: the trainer packs up to max_seq_len tokens into one forward pass; with the default
+    # 4096 the demo peaked at 17.9 GB RSS, with 512 at 10.8 GB (measured on 2 cores)
+    model = art.TrainableModel(name=f"demo-{int(time.time())}", project="demo", base_model=base_model,
+                               config=art.ModelConfig(max_seq_len=512))
     history: list[dict[str, float]] = []
     table = Table(title="art demo")
     for col in ("step", "reward mean", "words", "loss", "seconds"):

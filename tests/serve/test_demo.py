@@ -15,6 +15,7 @@ def test_brevity_reward() -> None:
     assert brevity_reward("The capital is Paris.", "stop") == pytest.approx(1 - 1 / 27)
     assert brevity_reward(" ".join(["word"] * 40), "stop") == 0.0
     assert brevity_reward("Paris", "length") == 0.0  # cut off by max_tokens
+    assert brevity_reward("  ", "stop") == 0.0  # saying nothing is not an answer
 
 
 @pytest.mark.slow
