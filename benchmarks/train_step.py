@@ -186,7 +186,22 @@ def main() -> None:
             r["tokens_per_s"] = r["tokens"] / r["seconds"]
             runs[arm].append(r)
             print(arm, r, flush=True)
-    result: dict = {"runs": runs, "config": {"groups": 8, "group_size": 4, "lora_rank": 8, "device": "cpu"}}
+    result: dict = {
+        "runs": runs,
+        "config": {
+            "model": "SmolLM2-135M-Instruct (float32)",
+            "groups": 8,
+            "group_size": 4,
+            "lora_rank": 8,
+            "lora_targets": "q,k,v,o,gate,up,down",
+            "device": "cpu",
+            "cpu_threads": os.cpu_count(),
+            "ours": "TrainConfig(max_seq_len=2048), one sequence per row on CPU, no gradient checkpointing",
+            "trl": f"padded micro-batches of {args.trl_micro_batch}, gradient checkpointing on",
+            "tokens_per_s": "trained completion tokens / seconds of (tokenize +) forward and backward",
+            "peak_rss": "ru_maxrss of a fresh child process per arm",
+        },
+    }
     for arm in arms:
         result[f"{arm}_tokens_per_s"] = statistics.median(r["tokens_per_s"] for r in runs[arm])
         result[f"{arm}_peak_rss_mb"] = statistics.median(r["peak_rss_mb"] for r in runs[arm])

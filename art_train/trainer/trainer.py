@@ -307,8 +307,17 @@ class Trainer:
         return [[s for s in sequences if s.trajectory in chunk] for chunk in chunks]
 
     def _pack(self, batch: list[Sequence], config: TrainConfig | SFTConfig) -> tuple[list[Row], torch.Tensor]:
-        capacity = max(getattr(config, "pack_tokens", None) or self._max_len(config), self._max_len(config))
-        return build_rows(batch, capacity)
+        """Rows for one optimizer step.
+
+        With `pack_tokens` unset: packed rows of `max_seq_len` on GPU, one sequence per row on CPU.
+        On CPU a packed row costs more than it saves: its position ids make transformers build a
+        dense block-diagonal mask, which takes SDPA off its causal kernel, and attention runs over
+        the whole row. A lone sequence needs no mask at all (is_causal). Set `pack_tokens` to pack anyway.
+        """
+        pack_tokens = getattr(config, "pack_tokens", None)
+        if pack_tokens is None and not self.device.startswith("cuda"):
+            return build_rows(batch, capacity=1)  # nothing fits with another: one sequence per row
+        return build_rows(batch, max(pack_tokens or self._max_len(config), self._max_len(config)))
 
     @torch.no_grad()
     def _logprobs(self, rows: list[Row], n_tokens: int, *, adapter: bool) -> torch.Tensor:
