@@ -89,7 +89,8 @@ def hf_arms(base: Path, adapter: Path, messages: list[list[dict]], template: str
     return out
 
 
-async def serve_arm(engine: str, home: Path, vllm_python: str | None, engine_dtype: str | None = None) -> dict[str, Any]:
+async def serve_arm(engine: str, home: Path, vllm_python: str | None, engine_dtype: str | None = None,
+                    swap_steps: int = 1, throughput: bool = True) -> dict[str, Any]:
     backend = LocalBackend(path=home, engine=engine, vllm_python=vllm_python, engine_dtype=engine_dtype)
     model = art.TrainableModel(name=f"bench-{engine}-{engine_dtype or 'auto'}", project="bench", base_model=BASE,
                                config=art.ModelConfig(max_seq_len=2048))
@@ -106,16 +107,23 @@ async def serve_arm(engine: str, home: Path, vllm_python: str | None, engine_dty
             traj.reward = float(len(r.choices[0].message.content or "")) / 10
             return traj
 
-        groups = await art.gather_trajectory_groups([art.TrajectoryGroup(rollout(i) for i in range(4))],
-                                                    show_progress=False)
-        result = await model.train(groups, config=art.TrainConfig(learning_rate=1e-3), verbose=False)
-        t0 = time.perf_counter()
-        await client.chat.completions.create(model=model.served_name(), messages=msgs, max_tokens=1)
-        first = time.perf_counter() - t0
-        out["swap_s"] = result.metrics["time/save_s"] + result.metrics["time/swap_s"] + first
-        out["swap_parts"] = {"save_s": result.metrics["time/save_s"], "load_and_verify_s": result.metrics["time/swap_s"],
-                             "first_reply_s": first, "weight_sync_max_abs_diff": result.metrics["weight_sync/max_abs_diff"]}
+        swaps = []
+        for _ in range(swap_steps):  # step 1 also copies the model for a new adapter slot; later steps reuse one
+            groups = await art.gather_trajectory_groups([art.TrajectoryGroup(rollout(i) for i in range(4))],
+                                                        show_progress=False)
+            result = await model.train(groups, config=art.TrainConfig(learning_rate=1e-3), verbose=False)
+            t0 = time.perf_counter()
+            await client.chat.completions.create(model=model.served_name(), messages=msgs, max_tokens=1)
+            first = time.perf_counter() - t0
+            swaps.append({"swap_s": result.metrics["time/save_s"] + result.metrics["time/swap_s"] + first,
+                          "save_s": result.metrics["time/save_s"], "load_and_verify_s": result.metrics["time/swap_s"],
+                          "first_reply_s": first, "weight_sync_max_abs_diff": result.metrics["weight_sync/max_abs_diff"]})
+        out["swap_s"] = swaps[0]["swap_s"]
+        out["swap_parts"] = {k: v for k, v in swaps[0].items() if k != "swap_s"}
+        out["swap_steps"] = swaps
         entry = backend.service.entry(model.name)
+        if not throughput:
+            return out
         out["adapter_path"] = str(entry.rundir.checkpoint_path(result.step))
         out["template"] = entry.trainer.chat_template
         messages = prompts(None)
@@ -149,6 +157,8 @@ async def main() -> None:
     parser.add_argument("--base-model", default=BASE, help="smoke-test the script on a tiny model folder")
     parser.add_argument("--requests", type=int, default=N)
     parser.add_argument("--new-tokens", type=int, default=NEW)
+    parser.add_argument("--only-swap", type=int, default=0, metavar="STEPS",
+                        help="only time adapter swaps of the transformers engine over STEPS training steps")
     args = parser.parse_args()
     BASE, N, NEW = args.base_model, args.requests, args.new_tokens
     torch.manual_seed(0)
@@ -160,6 +170,13 @@ async def main() -> None:
                                            "platform": platform.platform()},
                                "workload": {"requests": N, "new_tokens": NEW, "temperature": 1.0, "lora_rank": 8,
                                             "base_model": BASE}}
+    if args.only_swap:
+        for dtype in (None, "bfloat16"):
+            arm = await serve_arm("transformers", home, None, dtype, swap_steps=args.only_swap, throughput=False)
+            results[f"swap_steps_transformers_{dtype or 'float32'}"] = arm["swap_steps"]
+        Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
+        print(json.dumps(results, indent=2))
+        return
     emb = await serve_arm("transformers", home, None)
     results["embedded_tok_s"] = emb["tok_s"]
     results["swap_s_transformers"] = emb["swap_s"]
