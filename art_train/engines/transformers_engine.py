@@ -97,7 +97,7 @@ class TransformersEngine:
         self.gate = Gate()
         self._adapters: dict[str, dict[str, torch.Tensor]] = {}
         self._models: OrderedDict[str | None, Any] = OrderedDict()
-        self._incoming: queue.Queue[_Seq | None] = queue.Queue()
+        self._incoming: queue.Queue[_Seq | Callable[[set[str | None]], None] | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()  # guards _models and _adapters between the worker and loaders
         self._stopping = False
@@ -181,15 +181,29 @@ class TransformersEngine:
             return target
 
     async def sequence_logprobs(self, token_ids: list[int], adapter: str | None) -> list[float]:
-        def run() -> list[float]:
-            model = self._model_for(adapter, busy=set())
-            ids = torch.tensor([token_ids], device=self.torch_device)
-            with torch.inference_mode():
-                logits = model(input_ids=ids).logits.float()  # [1, T, V]
-            logp = torch.log_softmax(logits[0, :-1], dim=-1)
-            return logp.gather(1, ids[0, 1:, None])[:, 0].tolist()
+        """Runs on the worker thread between decode steps, so it never re-merges a copy a batch is using."""
+        if self._thread is None:
+            raise EngineError("the engine is not started", status=503, type="server_error")
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[list[float]] = loop.create_future()
 
-        return await asyncio.to_thread(run)
+        def settle(result: list[float] | None, exc: BaseException | None) -> None:
+            if not done.done():
+                done.set_exception(exc) if exc is not None else done.set_result(result or [])
+
+        def run(busy: set[str | None]) -> None:
+            try:
+                model = self._model_for(adapter, busy=busy)
+                ids = torch.tensor([token_ids], device=self.torch_device)
+                with torch.inference_mode():
+                    logits = model(input_ids=ids).logits.float()  # [1, T, V]
+                logp = torch.log_softmax(logits[0, :-1], dim=-1)
+                loop.call_soon_threadsafe(settle, logp.gather(1, ids[0, 1:, None])[:, 0].tolist(), None)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                loop.call_soon_threadsafe(settle, None, exc)
+
+        self._incoming.put(run)
+        return await done
 
     # -- requests ------------------------------------------------------------------------------
     def render(self, request: ChatRequest) -> list[int]:
@@ -374,15 +388,18 @@ class TransformersEngine:
         waiting: list[_Seq] = []
         while not self._stopping:
             block = not batches and not waiting
+            jobs: list[Callable[[set[str | None]], None]] = []  # probes (sequence_logprobs)
             try:
                 item = self._incoming.get(timeout=0.5) if block else self._incoming.get_nowait()
                 while True:
                     if item is None:
                         break
-                    waiting.append(item)
+                    (waiting if isinstance(item, _Seq) else jobs).append(item)
                     item = self._incoming.get_nowait()
             except queue.Empty:
                 pass
+            for job in jobs:
+                job(set(batches))
             if self._stopping:
                 break
             if waiting:
@@ -398,6 +415,15 @@ class TransformersEngine:
                     batch.seqs = []
                 if not batch.seqs:
                     del batches[key]
+        while True:  # whatever arrived while stopping: requests fail, probes still answer
+            try:
+                item = self._incoming.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, _Seq):
+                waiting.append(item)
+            elif item is not None:
+                item(set())
         for batch in batches.values():
             self._fail(batch.seqs, EngineError("the engine stopped", status=503))
         self._fail(waiting, EngineError("the engine stopped", status=503))

@@ -160,3 +160,31 @@ async def test_one_token_replies_leave_no_empty_batch(served, caplog: pytest.Log
             r = await client.chat.completions.create(model=model.served_name(), messages=PROMPT, max_tokens=1)
             assert len(r.choices[0].model_extra["token_ids"]) == 1
     assert not [rec for rec in caplog.records if "decoding failed" in rec.getMessage()]
+
+
+async def test_weight_sync_probe_never_rewrites_a_model_copy_in_use(served, tmp_path: Path) -> None:
+    backend, model = served
+    engine = backend.service.entry("http").engine
+    for i in range(2):  # two more adapters with real (random) weights: the copies run out (max_models=3)
+        path = tmp_path / f"other-{i}"
+        shutil.copytree(backend.service.entry("http").rundir.checkpoint_path(0), path)
+        torch.manual_seed(i)
+        tensors = {k: (torch.randn_like(v) if "lora_B" in k else v)
+                   for k, v in load_file(path / "adapter_model.safetensors").items()}
+        save_file(tensors, path / "adapter_model.safetensors")
+        await backend._call(engine.load_adapter(f"other-{i}", path))
+    client = openai.AsyncOpenAI(base_url=f"{backend.url}/v1", api_key="x")
+
+    async def reply():
+        return await client.chat.completions.create(model=model.served_name(), messages=PROMPT, max_tokens=96,
+                                                    seed=3, extra_body={"ignore_eos": True})
+
+    alone = await reply()
+
+    async def probes() -> None:
+        for _ in range(6):  # while the reply decodes, probe the other adapters (each needs a copy)
+            for i in range(2):
+                await backend._call(engine.sequence_logprobs([1, 2, 3, 4], f"other-{i}"))
+
+    during, _ = await asyncio.gather(reply(), probes())
+    assert during.choices[0].model_extra["token_ids"] == alone.choices[0].model_extra["token_ids"]
