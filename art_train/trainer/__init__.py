@@ -1,7 +1,7 @@
 """The trainer: trajectories -> tokens -> packed rows -> GRPO / SFT on a peft LoRA -> checkpoints."""
 
 from .advantages import GroupAdvantages, group_advantages, step_advantages
-from .logprobs import row_logprobs, selected_logprobs
+from .logprobs import SharedPrefix, row_logprobs, selected_logprobs
 from .losses import (
     LOSSES,
     LossSpec,
@@ -14,7 +14,7 @@ from .losses import (
     token_weights,
     truncated_is_weights,
 )
-from .packing import Row, build_rows, pack_indices
+from .packing import Row, build_rows, pack_indices, prefix_groups
 from .tokenize import (
     Sequence,
     TokenizeStats,
@@ -32,6 +32,7 @@ __all__ = [
     "Progress",
     "Row",
     "Sequence",
+    "SharedPrefix",
     "TokenizeStats",
     "Trainer",
     "build_rows",
@@ -44,6 +45,7 @@ __all__ = [
     "gspo_loss",
     "kl_k3",
     "pack_indices",
+    "prefix_groups",
     "row_logprobs",
     "selected_logprobs",
     "sequence_mean",

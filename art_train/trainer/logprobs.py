@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["row_logprobs", "selected_logprobs"]
+__all__ = ["SharedPrefix", "row_logprobs", "selected_logprobs"]
 
 
 class _SelectedLogprobs(torch.autograd.Function):
@@ -64,6 +64,52 @@ def selected_logprobs(
     return _SelectedLogprobs.apply(hidden, weight, targets, chunk)
 
 
+class SharedPrefix:
+    """Keys and values of a prompt that several sequences start with: forward once, backward once.
+
+    Each sequence runs its suffix on top of detached copies of the prefix's keys and values; its
+    backward leaves their gradients there. `backward()` then sends the summed gradient through the
+    prefix's graph in one pass. Exact: the same math as running every sequence whole.
+
+    Example:
+        prefix = SharedPrefix(causal_lm, row.input_ids[:k])
+        for row in rows: row_logprobs(causal_lm, ..., prefix=prefix)[0].sum().backward()
+        prefix.backward()
+    """
+
+    def __init__(self, causal_lm: Any, input_ids: torch.Tensor) -> None:
+        from transformers import DynamicCache
+
+        device = causal_lm.get_output_embeddings().weight.device
+        out = causal_lm.get_decoder()(
+            input_ids=input_ids[None].to(device), cache=DynamicCache(), use_cache=True
+        )
+        self.length = int(input_ids.shape[0])
+        self._kv = [(k, v) for k, v, *_ in out.cache]  # [1, heads, k, head_dim] per layer, with their graph
+        self._leaves = [
+            (k.detach().requires_grad_(k.requires_grad), v.detach().requires_grad_(v.requires_grad))
+            for k, v in self._kv
+        ]
+
+    def cache(self) -> Any:
+        """A fresh cache holding the prefix (suffixes append to their own copy, never to the prefix)."""
+        from transformers import DynamicCache
+
+        return DynamicCache(ddp_cache_data=self._leaves)
+
+    def backward(self) -> None:
+        """Backpropagate the gradients the suffixes left on the prefix's keys and values."""
+        outputs, grads = [], []
+        for (k, v), (lk, lv) in zip(self._kv, self._leaves, strict=True):
+            for t, leaf in ((k, lk), (v, lv)):
+                if t.requires_grad and leaf.grad is not None:
+                    outputs.append(t)
+                    grads.append(leaf.grad)
+        if outputs:
+            torch.autograd.backward(outputs, grads)
+        self._kv, self._leaves = [], []
+
+
 def row_logprobs(
     causal_lm: Any,
     input_ids: torch.Tensor,
@@ -71,16 +117,29 @@ def row_logprobs(
     pred_index: torch.Tensor,
     targets: torch.Tensor,
     chunk: int = 1024,
+    prefix: SharedPrefix | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Logprobs and entropies of `targets` predicted at `pred_index` of one packed row.
 
     input_ids, position_ids: [L]; pred_index, targets: [n]. The decoder runs on the whole row
     (block-diagonal attention from the position ids); the lm_head only on the n positions.
+    With `prefix` (a single-sequence row starting with the prefix's tokens, no prediction inside
+    the prefix), the decoder runs only on the rest, attending to the prefix's cached keys and values.
     """
     device = causal_lm.get_output_embeddings().weight.device
-    out = causal_lm.get_decoder()(
-        input_ids=input_ids[None].to(device), position_ids=position_ids[None].to(device), use_cache=False
-    )
+    if prefix is not None:
+        k = prefix.length
+        out = causal_lm.get_decoder()(
+            input_ids=input_ids[None, k:].to(device),
+            position_ids=position_ids[None, k:].to(device),
+            cache=prefix.cache(),
+            use_cache=True,
+        )
+        pred_index = pred_index - k
+    else:
+        out = causal_lm.get_decoder()(
+            input_ids=input_ids[None].to(device), position_ids=position_ids[None].to(device), use_cache=False
+        )
     hidden = out.last_hidden_state[0, pred_index.to(device)]  # [n, H]
     head = causal_lm.get_output_embeddings()
     if getattr(head, "bias", None) is not None:

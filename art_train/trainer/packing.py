@@ -13,7 +13,7 @@ import torch
 
 from .tokenize import Sequence
 
-__all__ = ["Row", "build_rows", "pack_indices"]
+__all__ = ["Row", "build_rows", "pack_indices", "prefix_groups"]
 
 
 def pack_indices(lengths: list[int], capacity: int) -> list[list[int]]:
@@ -85,3 +85,22 @@ def build_rows(sequences: list[Sequence], capacity: int) -> tuple[list[Row], tor
             )
         )
     return rows, torch.tensor(seq_of_token, dtype=torch.long)
+
+
+def prefix_groups(rows: list[Row], min_prefix: int = 16) -> list[tuple[int, list[Row]]]:
+    """Single-sequence rows grouped by the context they start with, up to their first prediction.
+
+    Returns (prefix length, rows) pairs in first-seen order; rows that share no prefix of at least
+    `min_prefix` tokens with another row come alone with length 0. GRPO's rollouts of one task
+    share their prompt, so its keys and values can be computed once (see `SharedPrefix`).
+    """
+    by_key: dict[tuple[int, ...], list[Row]] = {}
+    for row in rows:
+        k = int(row.pred_index.min()) if row.pred_index.numel() else 0
+        key = tuple(row.input_ids[:k].tolist()) if k >= min_prefix else (id(row),)
+        by_key.setdefault(key, []).append(row)
+    out: list[tuple[int, list[Row]]] = []
+    for key, group in by_key.items():
+        shared = len(group) > 1 and len(key) >= min_prefix
+        out.append((len(key) if shared else 0, group))
+    return out

@@ -34,9 +34,9 @@ from art_core.rundir import atomic_write_text
 
 from ..models import chat_template_for, load_causal_lm, load_tokenizer, resolve_base_model
 from .advantages import step_advantages
-from .logprobs import row_logprobs
+from .logprobs import SharedPrefix, row_logprobs
 from .losses import LOSSES, clip_fraction, gspo_loss, kl_k3, token_weights, truncated_is_weights
-from .packing import Row, build_rows
+from .packing import Row, build_rows, prefix_groups
 from .tokenize import Sequence, TokenizeStats, check_prefix_preserving, fit_length, tokenize_trajectory
 
 __all__ = ["Progress", "Trainer"]
@@ -319,6 +319,14 @@ class Trainer:
             return build_rows(batch, capacity=1)  # nothing fits with another: one sequence per row
         return build_rows(batch, max(pack_tokens or self._max_len(config), self._max_len(config)))
 
+    def _row_groups(self, rows: list[Row], config: TrainConfig | SFTConfig) -> list[tuple[int, list[Row]]]:
+        """(shared prefix length, rows): one-sequence rows that start with the same prompt share its
+        forward and backward (`SharedPrefix`); packed rows, or gradient checkpointing, go one by one."""
+        one_per_row = getattr(config, "pack_tokens", None) is None and not self.device.startswith("cuda")
+        if not one_per_row or self.model_config.gradient_checkpointing:
+            return [(0, [row]) for row in rows]
+        return prefix_groups(rows)
+
     @torch.no_grad()
     def _logprobs(self, rows: list[Row], n_tokens: int, *, adapter: bool) -> torch.Tensor:
         out = torch.zeros(n_tokens)
@@ -398,30 +406,43 @@ class Trainer:
                     )
                     weights = token_weights(seq_of_token, unit, spec.normalization, max_len)  # [N]
                     batch_loss = 0.0
-                    for row in rows:
-                        idx = row.token_index
-                        logp, entropy = row_logprobs(
-                            causal_lm, row.input_ids, row.position_ids, row.pred_index, row.targets
-                        )
-                        dev = logp.device
-                        a = adv[idx].to(dev)
-                        old_logp = old[b][idx].to(dev) if old[b] is not None else logp.detach()
-                        loss_t = per_token(logp, old_logp, a, row.seq_local.to(dev), eps_low, eps_high)  # [n]
-                        if config.truncated_importance_sampling is not None:
-                            cap = config.truncated_importance_sampling
-                            loss_t = loss_t * truncated_is_weights(old_logp, sampler[idx].to(dev), cap)
-                        if ref[b] is not None:
-                            kl = kl_k3(logp, ref[b][idx].to(dev))
-                            loss_t = loss_t + config.beta * kl
-                            sums["kl"] += float(kl.detach().sum())
-                        loss = (loss_t * weights[idx].to(dev)).sum()
-                        loss.backward()
-                        batch_loss += float(loss.detach())
-                        sums["entropy"] += float(entropy.sum())
-                        sums["clip"] += float(clip_fraction(logp, old_logp, a, eps_low, eps_high)) * len(idx)
-                        sums["tokens"] += len(idx)
-                        done_rows += 1
-                        progress({"phase": "forward_backward", "done": done_rows, "total": total_rows})
+                    for k, group_rows in self._row_groups(rows, config):
+                        prefix = SharedPrefix(causal_lm, group_rows[0].input_ids[:k]) if k else None
+                        for row in group_rows:
+                            idx = row.token_index
+                            logp, entropy = row_logprobs(
+                                causal_lm,
+                                row.input_ids,
+                                row.position_ids,
+                                row.pred_index,
+                                row.targets,
+                                prefix=prefix,
+                            )
+                            dev = logp.device
+                            a = adv[idx].to(dev)
+                            old_logp = old[b][idx].to(dev) if old[b] is not None else logp.detach()
+                            loss_t = per_token(
+                                logp, old_logp, a, row.seq_local.to(dev), eps_low, eps_high
+                            )  # [n]
+                            if config.truncated_importance_sampling is not None:
+                                cap = config.truncated_importance_sampling
+                                loss_t = loss_t * truncated_is_weights(old_logp, sampler[idx].to(dev), cap)
+                            if ref[b] is not None:
+                                kl = kl_k3(logp, ref[b][idx].to(dev))
+                                loss_t = loss_t + config.beta * kl
+                                sums["kl"] += float(kl.detach().sum())
+                            loss = (loss_t * weights[idx].to(dev)).sum()
+                            loss.backward()
+                            batch_loss += float(loss.detach())
+                            sums["entropy"] += float(entropy.sum())
+                            sums["clip"] += float(clip_fraction(logp, old_logp, a, eps_low, eps_high)) * len(
+                                idx
+                            )
+                            sums["tokens"] += len(idx)
+                            done_rows += 1
+                            progress({"phase": "forward_backward", "done": done_rows, "total": total_rows})
+                        if prefix is not None:
+                            prefix.backward()
                     if epoch == 0:
                         trained_tokens += n
                     sums["grad_norm"] += self._optimizer_step(params, config.max_grad_norm)

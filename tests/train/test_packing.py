@@ -5,7 +5,15 @@ from __future__ import annotations
 import torch
 
 from art_train.models import load_causal_lm
-from art_train.trainer import Sequence, build_rows, pack_indices, row_logprobs, selected_logprobs
+from art_train.trainer import (
+    Sequence,
+    SharedPrefix,
+    build_rows,
+    pack_indices,
+    prefix_groups,
+    row_logprobs,
+    selected_logprobs,
+)
 
 
 def test_pack_indices_first_fit_decreasing() -> None:
@@ -107,3 +115,91 @@ def test_packing_without_position_reset_would_leak(tiny_model_path) -> None:  # 
             causal_lm, row.input_ids, torch.arange(len(row.input_ids)), row.pred_index, row.targets
         )
     assert not torch.allclose(good, leaky, atol=1e-3)
+
+
+def _prompt_sharing_sequences() -> list[Sequence]:
+    # three rollouts of one task: the same 24-token prompt, different sampled answers (trained)
+    g = torch.Generator().manual_seed(2)
+    prompt = torch.randint(0, 49152, (24,), generator=g).tolist()
+    out = []
+    for n in (30, 7, 18):
+        answer = torch.randint(0, 49152, (n,), generator=g).tolist()
+        out.append(Sequence(prompt + answer, [False] * 24 + [True] * n, [float("nan")] * (24 + n)))
+    out.append(
+        Sequence(torch.randint(0, 49152, (40,), generator=g).tolist(), [False] * 20 + [True] * 20, [0.0] * 40)
+    )
+    return out
+
+
+def test_shared_prefix_matches_whole_sequences(tiny_model_path) -> None:  # noqa: ANN001
+    model = _lora_model(tiny_model_path)
+    seqs = _prompt_sharing_sequences()
+    rows, seq_of_token = build_rows(seqs, capacity=1)  # one sequence per row
+    groups = prefix_groups(rows)
+    # the prompt ends one token before the first answer token (that position predicts it)
+    assert sorted((k, len(g)) for k, g in groups) == [(0, 1), (23, 3)]
+    n = len(seq_of_token)
+    coef = torch.linspace(-1, 1, n)
+    whole_logp, whole_grads = _loss_and_grads(model, rows, n, coef)
+    model.zero_grad()
+    causal_lm = model.get_base_model()
+    shared_logp = torch.zeros(n)
+    for k, group in groups:
+        prefix = SharedPrefix(causal_lm, group[0].input_ids[:k]) if k else None
+        for row in group:
+            logp, _ = row_logprobs(
+                causal_lm, row.input_ids, row.position_ids, row.pred_index, row.targets, prefix=prefix
+            )
+            (logp * coef[row.token_index]).sum().backward()
+            shared_logp[row.token_index] = logp.detach()
+        if prefix is not None:
+            prefix.backward()
+    assert torch.allclose(shared_logp, whole_logp, atol=1e-5)
+    for name, grad in whole_grads.items():
+        p = dict(model.named_parameters())[name]
+        assert torch.allclose(p.grad, grad, atol=1e-5), name
+    # the prompt's own LoRA gradient arrives only through prefix.backward(): q_proj of layer 0 sees it
+    assert any(
+        g.abs().sum() > 0 for name, g in whole_grads.items() if "layers.0" in name and "lora_B" in name
+    )
+
+
+def test_trainer_cpu_rows_match_packed_rows(tiny_model_path, tmp_path) -> None:  # noqa: ANN001
+    # the CPU default (one sequence per row, shared prompts) and explicit packing give the same step
+    import art_core as art
+    from art_train.trainer import Trainer
+
+    def step(pack_tokens: int | None, name: str) -> tuple[dict, dict[str, torch.Tensor]]:
+        model = art.TrainableModel(name=name, project="t", base_model=str(tiny_model_path))
+        trainer = Trainer(model, art.RunDir("t", name, root=tmp_path), device="cpu")
+        grads: dict[str, torch.Tensor] = {}
+        original = trainer._optimizer_step
+
+        def record(params, max_grad_norm):  # noqa: ANN001, ANN202
+            grads.update(
+                {n: p.grad.clone() for n, p in trainer.peft.named_parameters() if p.grad is not None}
+            )
+            return original(params, max_grad_norm)
+
+        trainer._optimizer_step = record  # type: ignore[method-assign]
+        tok = trainer.tokenizer
+        groups = []
+        for task in ("two plus two?", "capital of france?"):
+            trajs = []
+            for answer, reward in (("four is the answer", 1.0), ("five", 0.0), ("it is four, I think", 0.5)):
+                ids = tok(answer, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+                t = art.Trajectory(messages=[{"role": "user", "content": task}], reward=reward)
+                t.turns.append(art.assistant_turn(answer, token_ids=ids, logprobs=[-1.0] * len(ids)))
+                trajs.append(t)
+            groups.append(art.TrajectoryGroup(trajs))
+        config = art.TrainConfig(learning_rate=1e-3, beta=0.05, pack_tokens=pack_tokens)
+        return trainer.train(groups, config).metrics, grads
+
+    per_row, per_row_grads = step(None, "rows")
+    packed, packed_grads = step(4096, "packed")
+    assert packed["rows"] == 1 and per_row["rows"] == 6
+    for key in ("loss", "entropy", "kl", "grad_norm"):
+        assert per_row[key] == __import__("pytest").approx(packed[key], abs=1e-5), key
+    assert per_row_grads.keys() == packed_grads.keys() and per_row_grads
+    for name, grad in packed_grads.items():
+        assert torch.allclose(per_row_grads[name], grad, atol=1e-5), name
