@@ -21,7 +21,15 @@ from .openai_capture import CapturingTransport
 from .remote import BackendError, RemoteBackend
 from .retry import retry
 from .rundir import RunDir, atomic_write_bytes, atomic_write_text
-from .trajectory import History, RolloutError, Sample, Trajectory, TrajectoryGroup, assistant_turn, message_sample
+from .trajectory import (
+    History,
+    RolloutError,
+    Sample,
+    Trajectory,
+    TrajectoryGroup,
+    assistant_turn,
+    message_sample,
+)
 
 __version__ = "0.1.0"
 

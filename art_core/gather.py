@@ -7,7 +7,7 @@ import inspect
 import logging
 import math
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Union
+from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -17,7 +17,7 @@ logger = logging.getLogger(__name__)
 
 AfterEach = Callable[
     [TrajectoryGroup],
-    Union[TrajectoryGroup, None, list[TrajectoryGroup], Awaitable[Union[TrajectoryGroup, None, list[TrajectoryGroup]]]],
+    TrajectoryGroup | None | list[TrajectoryGroup] | Awaitable[TrajectoryGroup | None | list[TrajectoryGroup]],
 ]
 
 
