@@ -186,7 +186,15 @@ def main() -> None:
             r["tokens_per_s"] = r["tokens"] / r["seconds"]
             runs[arm].append(r)
             print(arm, r, flush=True)
+    if RESULTS.exists():  # arms not run this time keep their previous runs (listed in "kept_arms")
+        previous = json.loads(RESULTS.read_text()).get("runs", {})
+        kept = [a for a in previous if a not in runs]
+        runs.update({a: previous[a] for a in kept})
+        arms = list(runs)
+    else:
+        kept = []
     result: dict = {
+        "kept_arms": kept,
         "runs": runs,
         "config": {
             "model": "SmolLM2-135M-Instruct (float32)",

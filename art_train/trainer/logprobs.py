@@ -1,7 +1,8 @@
 """Per-token logprobs of chosen tokens without materialising full-vocabulary logits for a whole row.
 
 The lm_head runs on the trained positions only, in chunks; backward recomputes each chunk's logits
-instead of keeping them, so memory holds one chunk of [chunk, vocab] at a time.
+instead of keeping them, so memory holds one chunk of [chunk, vocab] at a time (256 x 49k floats
+is 50 MB; forward and backward each keep about three such tensors alive).
 """
 
 from __future__ import annotations
@@ -116,7 +117,7 @@ def row_logprobs(
     position_ids: torch.Tensor,
     pred_index: torch.Tensor,
     targets: torch.Tensor,
-    chunk: int = 1024,
+    chunk: int = 256,
     prefix: SharedPrefix | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Logprobs and entropies of `targets` predicted at `pred_index` of one packed row.
