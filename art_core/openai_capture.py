@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from .capture import current_trajectory, record_completion, sample_from_choice
+from .capture import capture, current_trajectory, record_completion, sample_from_choice
 
 logger = logging.getLogger(__name__)
 
@@ -88,13 +88,8 @@ class _RecordingStream(httpx.AsyncByteStream):
                 except ValueError:
                     logger.warning("could not parse a streamed chunk; the turn is not captured")
                     return
-        from .capture import _current
-
-        token = _current.set(self.trajectory)
-        try:
+        with capture(self.trajectory):  # the stream may close outside the rollout's context
             _record(self.body, merge_stream_chunks(chunks), self.trainable)
-        finally:
-            _current.reset(token)
 
 
 class CapturingTransport(httpx.AsyncBaseTransport):

@@ -12,6 +12,7 @@ fsync, rename), so a reader sees the old file or the new one, never half of one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -53,7 +54,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        with _suppress():
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
     _fsync_dir(path.parent)
@@ -73,20 +74,12 @@ def atomic_append_line(path: str | os.PathLike[str], line: str) -> None:
 
 
 def _fsync_dir(path: Path) -> None:
-    with _suppress():
+    with contextlib.suppress(OSError):
         fd = os.open(path, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
-
-
-class _suppress:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> bool:
-        return isinstance(exc[1], OSError)
 
 
 class RunDir:
