@@ -72,11 +72,23 @@ def _args(arguments: Any) -> Any:
     return arguments
 
 
-def _extends(history: list[Message], request: list[tuple[Any, ...]]) -> bool:
-    """Whether ``request`` (already normalised) starts with ``history``."""
+def _extends(history: list[Message], request: list[Message], normal: list[tuple[Any, ...] | None]) -> bool:
+    """Whether ``request`` starts with ``history`` (compared in normal form).
+
+    ``normal`` caches the request's normal forms. Equal dicts (a graph hands back the same messages)
+    need no normalising: the cheap check comes first.
+    """
     if len(history) > len(request):
         return False
-    return all(_normal(a) == b for a, b in zip(history, request, strict=False))
+    for i, a in enumerate(history):
+        b = request[i]
+        if a == b or (SAMPLE_KEY in a and clean_message(a) == b):
+            continue
+        if normal[i] is None:
+            normal[i] = _normal(b)
+        if _normal(a) != normal[i]:
+            return False
+    return True
 
 
 def record_completion(
@@ -101,29 +113,29 @@ def record_completion(
         if sample.node is None and _node.get() is not None:
             sample = sample.model_copy(update={"node": _node.get()})
         reply[SAMPLE_KEY] = sample.model_dump(exclude_none=True)
-    request = [dict(m) for m in request_messages]
-    normal_request = [_normal(m) for m in request]
+    request = list(request_messages)
+    normal_request: list[tuple[Any, ...] | None] = [None] * len(request)
 
     candidates: list[tuple[int, list[Message], History | None]] = [(len(traj.turns), traj.turns, None)]
     candidates += [(len(h.turns), h.turns, h) for h in traj.additional_histories]
     best = max(
-        (c for c in candidates if _extends(c[1], normal_request)),
+        (c for c in candidates if _extends(c[1], request, normal_request)),
         key=lambda c: c[0],
         default=None,
     )
     if best is not None and (best[0] > 0 or best[2] is None):
         turns = best[1]
-        turns.extend(request[len(turns):])
+        turns.extend(dict(m) for m in request[len(turns):])
         turns.append(reply)
         joined = best[2]
         if joined is None:
-            if tools:
+            if tools and traj.tools is not tools:
                 traj.tools = tools
             return History.model_construct(turns=traj.turns, tools=traj.tools)  # a view: no re-validation
         if tools:
             joined.tools = tools
         return joined
-    history = History(messages=[*request, reply], tools=tools)
+    history = History(messages=[*(dict(m) for m in request), reply], tools=tools)
     traj.additional_histories.append(history)
     return history
 
@@ -168,8 +180,10 @@ def sample_from_choice(choice: dict[str, Any], *, model: str | None = None) -> S
     content = ((choice.get("logprobs") or {}).get("content")) or []
     logprobs = [float(c["logprob"]) for c in content] or None
     token_ids = choice.get("token_ids")
-    if token_ids is None and content and all(str(c.get("token", "")).startswith("token_id:") for c in content):
-        token_ids = [int(str(c["token"]).split(":", 1)[1]) for c in content]
+    if token_ids is None and content:
+        tokens = [c.get("token") for c in content]
+        if all(isinstance(t, str) and t.startswith("token_id:") for t in tokens):
+            token_ids = [int(t[9:]) for t in tokens]  # len("token_id:") == 9
     if token_ids is None:
         return None
     if logprobs is not None and len(logprobs) != len(token_ids):

@@ -132,6 +132,11 @@ class Noop(BaseCallbackHandler):
     run_inline = True
     ignore_chain = ignore_retriever = ignore_retry = ignore_custom_event = True
 
+    def on_chat_model_start(self, *args: Any, **kwargs: Any) -> None:
+        # Implemented (as a no-op) like CaptureHandler's, so LangChain does not fall back to
+        # on_llm_start plus get_buffer_string, a cost our handler never pays.
+        pass
+
 
 _noop: contextvars.ContextVar[Noop | None] = contextvars.ContextVar("bench_noop", default=None)
 
