@@ -281,12 +281,18 @@ class ModelService:
         assert entry.rundir is not None
         adapter = self.adapter_name(entry, step)
         t0 = time.perf_counter()
-        await entry.engine.load_adapter(adapter, path or entry.rundir.checkpoint_path(step))
-        entry.loaded.add(step)
-        t_load = time.perf_counter() - t0
         ids = self.probe_ids(entry)
-        served = await entry.engine.sequence_logprobs(ids, adapter)
-        trained = await asyncio.to_thread(entry.trainer.sequence_logprobs, ids, step)
+        # the trainer's side of the probe runs while the engine loads: the two overlap
+        trained_task = asyncio.ensure_future(asyncio.to_thread(entry.trainer.sequence_logprobs, ids, step))
+        try:
+            await entry.engine.load_adapter(adapter, path or entry.rundir.checkpoint_path(step))
+            entry.loaded.add(step)
+            t_load = time.perf_counter() - t0
+            served = await entry.engine.sequence_logprobs(ids, adapter)
+        except BaseException:
+            await asyncio.gather(trained_task, return_exceptions=True)  # never leave it running unobserved
+            raise
+        trained = await trained_task
         n = min(len(served), len(trained))
         diffs = [abs(a - b) for a, b in zip(served[-n:], trained[-n:], strict=True)]
         diff = max(diffs, default=0.0)

@@ -128,14 +128,17 @@ async def serve_arm(engine: str, home: Path, vllm_python: str | None, engine_dty
         out["template"] = entry.trainer.chat_template
         messages = prompts(None)
         await concurrent(f"{backend.url}/v1", model.served_name(), messages[:4])  # warm up
-        secs, tokens = await concurrent(f"{backend.url}/v1", model.served_name(), messages)
-        out["tok_s"] = tokens / secs
+        runs = []
+        for _ in range(1 if engine == "vllm" else 2):  # the vllm arm interleaves its own repeats below
+            secs, tokens = await concurrent(f"{backend.url}/v1", model.served_name(), messages)
+            runs.append(tokens / secs)
+        out["tok_s"], out["tok_s_runs"] = statistics.median(runs), runs
         if engine == "vllm":
             raw_url = f"{entry.engine.url}/v1"
             adapter = backend.service.adapter_name(entry, result.step)
             await concurrent(raw_url, adapter, messages[:4])
             raw = []
-            proxy = [out["tok_s"]]
+            proxy = list(runs)
             for _ in range(2):  # interleave, so drift on a shared machine hits both arms alike
                 s, t = await concurrent(raw_url, adapter, messages)
                 raw.append(t / s)
@@ -159,7 +162,10 @@ async def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=NEW)
     parser.add_argument("--only-swap", type=int, default=0, metavar="STEPS",
                         help="only time adapter swaps of the transformers engine over STEPS training steps")
+    parser.add_argument("--arms", default="embedded,bf16,hf,vllm",
+                        help="comma-separated subset of embedded,bf16,hf,vllm (ratios need their arms)")
     args = parser.parse_args()
+    arms = set(args.arms.split(","))
     BASE, N, NEW = args.base_model, args.requests, args.new_tokens
     torch.manual_seed(0)
     home = Path(tempfile.mkdtemp(prefix="art-bench-serve-"))
@@ -177,39 +183,46 @@ async def main() -> None:
         Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
         print(json.dumps(results, indent=2))
         return
-    emb = await serve_arm("transformers", home, None)
-    results["embedded_tok_s"] = emb["tok_s"]
-    results["swap_s_transformers"] = emb["swap_s"]
-    results["swap_parts_transformers"] = emb["swap_parts"]
-    bf = await serve_arm("transformers", home, None, engine_dtype="bfloat16")
-    results["embedded_bf16_tok_s"] = bf["tok_s"]
-    results["swap_s_transformers_bf16"] = bf["swap_s"]
-    results["swap_parts_transformers_bf16"] = bf["swap_parts"]
-    hf = await asyncio.to_thread(hf_arms, base, Path(emb["adapter_path"]), prompts(None), emb["template"],
-                                 args.sequential)
-    results.update(hf)
-    hf16 = await asyncio.to_thread(hf_arms, base, Path(emb["adapter_path"]), prompts(None), emb["template"],
-                                   args.sequential, "bfloat16")
-    results.update({f"{k}_bf16": v for k, v in hf16.items() if k != "prompt_tokens_mean"})
-    results["embedded_vs_sequential"] = results["embedded_tok_s"] / hf["sequential_tok_s"]
-    results["embedded_vs_hf_batched"] = results["embedded_tok_s"] / hf["hf_batched_tok_s"]
-    # bfloat16 engine against the best plain transformers does in either dtype
-    best_seq = max(hf["sequential_tok_s"], hf16["sequential_tok_s"])
-    best_batch = max(hf["hf_batched_tok_s"], hf16["hf_batched_tok_s"])
-    results["embedded_bf16_vs_sequential"] = results["embedded_bf16_tok_s"] / best_seq
-    results["embedded_bf16_vs_hf_batched"] = results["embedded_bf16_tok_s"] / best_batch
-    if args.vllm_python:
+    emb = bf = hf = hf16 = vl = None
+    if "embedded" in arms or "hf" in arms:  # the hf arms sample from the adapter this arm trained
+        emb = await serve_arm("transformers", home, None)
+        results["embedded_tok_s"] = emb["tok_s"]
+        results["embedded_tok_s_runs"] = emb["tok_s_runs"]
+        results["swap_s_transformers"] = emb["swap_s"]
+        results["swap_parts_transformers"] = emb["swap_parts"]
+    if "bf16" in arms:
+        bf = await serve_arm("transformers", home, None, engine_dtype="bfloat16")
+        results["embedded_bf16_tok_s"] = bf["tok_s"]
+        results["swap_s_transformers_bf16"] = bf["swap_s"]
+        results["swap_parts_transformers_bf16"] = bf["swap_parts"]
+    if "hf" in arms and emb is not None:
+        hf = await asyncio.to_thread(hf_arms, base, Path(emb["adapter_path"]), prompts(None), emb["template"],
+                                     args.sequential)
+        results.update(hf)
+        hf16 = await asyncio.to_thread(hf_arms, base, Path(emb["adapter_path"]), prompts(None), emb["template"],
+                                       args.sequential, "bfloat16")
+        results.update({f"{k}_bf16": v for k, v in hf16.items() if k != "prompt_tokens_mean"})
+        results["embedded_vs_sequential"] = results["embedded_tok_s"] / hf["sequential_tok_s"]
+        results["embedded_vs_hf_batched"] = results["embedded_tok_s"] / hf["hf_batched_tok_s"]
+        if bf is not None:  # bfloat16 engine against the best plain transformers does in either dtype
+            best_seq = max(hf["sequential_tok_s"], hf16["sequential_tok_s"])
+            best_batch = max(hf["hf_batched_tok_s"], hf16["hf_batched_tok_s"])
+            results["embedded_bf16_vs_sequential"] = results["embedded_bf16_tok_s"] / best_seq
+            results["embedded_bf16_vs_hf_batched"] = results["embedded_bf16_tok_s"] / best_batch
+    if args.vllm_python and "vllm" in arms:
         vl = await serve_arm("vllm", home, args.vllm_python)
         results["raw_vllm_tok_s"] = vl["raw_tok_s"]
         results["proxy_vllm_tok_s"] = vl["tok_s"]
         results["swap_s_vllm"] = vl["swap_s"]
         results["swap_parts_vllm"] = vl["swap_parts"]
-        results["embedded_vs_raw_vllm"] = results["embedded_tok_s"] / vl["raw_tok_s"]
-        results["embedded_bf16_vs_raw_vllm"] = results["embedded_bf16_tok_s"] / vl["raw_tok_s"]
         results["proxy_vs_raw_vllm"] = vl["tok_s"] / vl["raw_tok_s"]
-    else:
-        for key in ("embedded_vs_raw_vllm", "proxy_vs_raw_vllm", "swap_s_vllm"):
-            results[key] = None
+        if emb is not None:
+            results["embedded_vs_raw_vllm"] = results["embedded_tok_s"] / vl["raw_tok_s"]
+        if bf is not None:
+            results["embedded_bf16_vs_raw_vllm"] = results["embedded_bf16_tok_s"] / vl["raw_tok_s"]
+    for key in ("embedded_vs_sequential", "embedded_vs_hf_batched", "embedded_vs_raw_vllm", "proxy_vs_raw_vllm",
+                "swap_s_transformers", "swap_s_vllm"):
+        results.setdefault(key, None)
     Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))
 

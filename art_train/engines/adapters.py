@@ -9,17 +9,30 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import load_file
 
-__all__ = ["BaseWeights", "load_lora_deltas"]
+__all__ = ["BaseWeights", "LoraPair", "load_lora"]
 
 
-def load_lora_deltas(path: str | Path) -> dict[str, torch.Tensor]:
-    """``{module name: scale * B @ A}`` for every LoRA pair in a PEFT adapter folder."""
+@dataclass(frozen=True)
+class LoraPair:
+    """One module's LoRA: its weight moves by ``scale * b @ a`` (b: [out, r], a: [r, in])."""
+
+    b: torch.Tensor
+    a: torch.Tensor
+    scale: float
+
+
+def load_lora(path: str | Path) -> dict[str, LoraPair]:
+    """``{module name: LoraPair}`` for every LoRA pair in a PEFT adapter folder.
+
+    The full-size ``b @ a`` is never built here: merging writes it straight into the weights.
+    """
     path = Path(path)
     config_file = path / "adapter_config.json"
     if not config_file.exists():
@@ -32,17 +45,16 @@ def load_lora_deltas(path: str | Path) -> dict[str, torch.Tensor]:
         tensors = load_file(str(weights_file))
     else:
         tensors = torch.load(path / "adapter_model.bin", map_location="cpu", weights_only=True)
-    deltas: dict[str, torch.Tensor] = {}
+    pairs: dict[str, LoraPair] = {}
     for key, a in tensors.items():
         if ".lora_A." not in key:
             continue
         b = tensors[key.replace(".lora_A.", ".lora_B.")]
-        module = key.split(".lora_A.")[0]
-        module = module.removeprefix("base_model.model.")
-        deltas[module] = (b.float() @ a.float()) * scale  # [out, in]
-    if not deltas:
+        module = key.split(".lora_A.")[0].removeprefix("base_model.model.")
+        pairs[module] = LoraPair(b.float(), a.float(), scale)
+    if not pairs:
         raise ValueError(f"adapter {path} holds no lora_A/lora_B weights")
-    return deltas
+    return pairs
 
 
 class BaseWeights:
@@ -59,17 +71,25 @@ class BaseWeights:
             raise ValueError(f"the adapter targets {name!r}, which this model does not have; was it trained on another base?")
         return module
 
-    def apply(self, target: Any, deltas: dict[str, torch.Tensor] | None) -> None:
-        """Set `target` (a copy of the model) to base weights plus `deltas` (None: the bare base)."""
+    def apply(self, target: Any, lora: dict[str, LoraPair] | None) -> None:
+        """Set `target` (a copy of the model) to base weights plus `lora` (None: the bare base).
+
+        One pass per weight: ``W = W0 + scale * b @ a`` is written in place by addmm.
+        """
         target_modules = dict(target.named_modules())
-        touched = set(self.saved) | set(deltas or {})
+        touched = set(self.saved) | set(lora or {})
         with torch.no_grad():
             for name in touched:
                 if name not in self.saved:
                     self.saved[name] = self._module(name).weight.detach().clone()
                 weight = target_modules[name].weight
                 base = self.saved[name]
-                if deltas and name in deltas:
-                    weight.copy_((base.float() + deltas[name].to(base.device)).to(weight.dtype))
-                else:
+                pair = lora.get(name) if lora else None
+                if pair is None:
                     weight.copy_(base)
+                    continue
+                b, a = pair.b.to(base.device), pair.a.to(base.device)
+                if weight.dtype == torch.float32 and base.dtype == torch.float32:
+                    torch.addmm(base, b, a, alpha=pair.scale, out=weight)
+                else:  # half precision: add in float32, round once
+                    weight.copy_(torch.addmm(base.float(), b, a, alpha=pair.scale))
