@@ -4,19 +4,54 @@ from __future__ import annotations
 
 from typing import Any
 
+import openai
+from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_openai import ChatOpenAI
 
 from art_core import Model
 
-from .handler import MODEL_KEY, TRAINABLE_KEY
+from .handler import MODEL_KEY, STEP_KEY, TRAINABLE_KEY
+
+
+class ArtChatOpenAI(ChatOpenAI):
+    """`ChatOpenAI` that keeps the server's ``art_step`` (the checkpoint that answered).
+
+    `ChatOpenAI` drops unknown response fields (langchain-openai 1.7). This copies ``art_step`` into
+    each generation's ``generation_info``, where the capture handler reads it and users find it in
+    ``message.response_metadata["art_step"]``. It overrides the same two hooks that
+    langchain-openai's own subclasses (``AzureChatOpenAI``) override.
+    """
+
+    def _create_chat_result(
+        self, response: dict | openai.BaseModel, generation_info: dict | None = None
+    ) -> ChatResult:
+        result = super()._create_chat_result(response, generation_info)
+        extra = response if isinstance(response, dict) else (getattr(response, "model_extra", None) or {})
+        step = extra.get(STEP_KEY)
+        if step is not None:
+            for generation in result.generations:
+                generation.generation_info = {**(generation.generation_info or {}), STEP_KEY: step}
+        return result
+
+    def _convert_chunk_to_generation_chunk(
+        self, chunk: dict, default_chunk_class: type, base_generation_info: dict | None
+    ) -> ChatGenerationChunk | None:
+        generation = super()._convert_chunk_to_generation_chunk(
+            chunk, default_chunk_class, base_generation_info
+        )
+        step = chunk.get(STEP_KEY)
+        if generation is not None and step is not None:
+            generation.generation_info = {**(generation.generation_info or {}), STEP_KEY: step}
+        return generation
 
 
 def chat_model(model: Model, **kwargs: Any) -> ChatOpenAI:
-    """A `ChatOpenAI` bound to ``model``'s endpoint (its base URL, API key and served name).
+    """A `ChatOpenAI` (an `ArtChatOpenAI`) bound to ``model``'s endpoint (its base URL, API key and served name).
 
     For a trainable model it asks for logprobs and for tokens written as ``token_id:N``, so the
     sampled token ids survive LangChain and land in the trajectory. Any other model (a hosted
-    planner, say) is called as is and its turns are recorded as context. Keyword arguments go to
+    planner, say) is called as is and its turns are recorded as context. The checkpoint step the
+    server reports (``art_step``) is kept in each reply's ``response_metadata``. Keyword arguments go to
     `ChatOpenAI` (``temperature``, ``max_tokens``, ...).
 
     Example:
@@ -39,7 +74,7 @@ def chat_model(model: Model, **kwargs: Any) -> ChatOpenAI:
         kwargs["logprobs"] = True
         kwargs["extra_body"] = {**(kwargs.get("extra_body") or {}), "return_tokens_as_token_ids": True}
     kwargs.setdefault("use_responses_api", False)
-    return ChatOpenAI(
+    return ArtChatOpenAI(
         model=model.served_name(),
         base_url=model.inference_base_url,
         api_key=model.inference_api_key or "art",

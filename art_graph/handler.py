@@ -42,6 +42,7 @@ logger = logging.getLogger(__name__)
 
 TRAINABLE_KEY = "art_trainable"  # chat model metadata set by `chat_model()`
 MODEL_KEY = "art_model"
+STEP_KEY = "art_step"  # the checkpoint step ART's server reports; `chat_model()` keeps it in generation_info
 _CACHE_LIMIT = 20_000  # converted messages kept per handler
 
 # The handler of the rollout running in this context; the configure hook attaches it to every run.
@@ -243,7 +244,8 @@ class CaptureHandler(BaseCallbackHandler):
                 )
             return None
         sample.node = call.node  # plain attribute sets: the values are already valid
-        sample.step = _step_from_model_name(llm_output.get("model_name"))
+        step = info.get(STEP_KEY)
+        sample.step = step if type(step) is int else _step_from_model_name(llm_output.get("model_name"))
         return sample
 
     def _count(self, call: _Call, reply: dict[str, Any], sample: Sample | None) -> None:

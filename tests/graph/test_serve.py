@@ -86,8 +86,18 @@ async def test_captured_token_ids_are_the_engines_and_train(
                 "check",
             ]
             assert t.metadata["capture"]["turns_without_token_ids"] == 0
+        # the unpinned name answers from the newest checkpoint; the server's art_step reaches the sample
+        assert {s.step for t in trajectories for _, s in t.samples()} == {0}
 
         result = await model.train(groups, config=art.TrainConfig(learning_rate=1e-2), verbose=False)
         assert result.step == 1
+
+        after = await run(9)
+        assert [s.step for _, s in after.samples()] == [1, 1]
+        streamed = art_graph.chat_model(model, max_tokens=4, streaming=True)
+        with art_graph.capturing() as traj:
+            reply = await streamed.ainvoke("Say a number.")
+        assert [s.step for _, s in traj.samples()] == [1]
+        assert reply.response_metadata["art_step"] == 1
     finally:
         await backend.close()
