@@ -118,11 +118,10 @@ def record_completion(
 
     candidates: list[tuple[int, list[Message], History | None]] = [(len(traj.turns), traj.turns, None)]
     candidates += [(len(h.turns), h.turns, h) for h in traj.additional_histories]
-    best = max(
-        (c for c in candidates if _extends(c[1], request, normal_request)),
-        key=lambda c: c[0],
-        default=None,
-    )
+    best = None  # the longest history the request extends (the first one, on a tie)
+    for c in candidates:
+        if (best is None or c[0] > best[0]) and _extends(c[1], request, normal_request):
+            best = c
     if best is not None and (best[0] > 0 or best[2] is None):
         turns = best[1]
         turns.extend(dict(m) for m in request[len(turns):])

@@ -9,6 +9,7 @@ later request already carried them, so parallel tools finishing out of order nev
 from __future__ import annotations
 
 import contextvars
+import functools
 import json
 import logging
 import re
@@ -128,8 +129,9 @@ def _drop_none(message: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in message.items() if v is not None or k == "content"}
 
 
-def _step_from_model_name(name: Any) -> int | None:
-    match = re.fullmatch(r".+@(\d+)", str(name or ""))
+@functools.lru_cache(maxsize=256)
+def _step_from_model_name(name: str) -> int | None:
+    match = re.fullmatch(r".+@(\d+)", name)
     return int(match.group(1)) if match else None
 
 
@@ -245,7 +247,9 @@ class CaptureHandler(BaseCallbackHandler):
             return None
         sample.node = call.node  # plain attribute sets: the values are already valid
         step = info.get(STEP_KEY)
-        sample.step = step if type(step) is int else _step_from_model_name(llm_output.get("model_name"))
+        sample.step = (
+            step if type(step) is int else _step_from_model_name(str(llm_output.get("model_name") or ""))
+        )
         return sample
 
     def _count(self, call: _Call, reply: dict[str, Any], sample: Sample | None) -> None:

@@ -81,3 +81,52 @@ async def test_models_say_how_to_fix_misuse():
     assert art.TrainConfig().loss == "grpo"
     with pytest.raises(ValueError):
         art.TrainConfig(lossx=1)
+
+
+def test_prefix_match_ignores_form_and_copies_what_it_keeps():
+    call = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}}
+    with art.capture() as traj:
+        request = [{"role": "user", "content": "q"}]
+        art.record_completion(
+            request, {"role": "assistant", "content": "", "tool_calls": [call]}, sample=art.Sample(token_ids=[5])
+        )
+        # the same turns in another form: content parts, arguments re-serialised, extra keys, content None
+        respaced = {**call, "function": {"name": "add", "arguments": '{"b":2,"a":1}'}}
+        again = [
+            {"role": "user", "content": [{"type": "text", "text": "q"}], "name": "me"},
+            {"role": "assistant", "content": None, "tool_calls": [respaced]},
+            {"role": "tool", "tool_call_id": "c1", "content": "3"},
+        ]
+        art.record_completion(again, {"role": "assistant", "content": "3"})
+        again[2]["content"] = "changed after the call"
+        # a different tool call id is a different conversation
+        other = [request[0], {"role": "assistant", "content": "", "tool_calls": [{**call, "id": "c2"}]}]
+        art.record_completion(other, {"role": "assistant", "content": "x"})
+    assert [m.get("content") for m in traj.turns] == ["q", "", "3", "3"]
+    assert traj.turns[2] == {"role": "tool", "tool_call_id": "c1", "content": "3"}  # a copy, not the caller's dict
+    assert art.message_sample(traj.turns[1]).token_ids == [5]
+    assert len(traj.additional_histories) == 1
+
+
+def test_a_request_joins_the_longest_history_it_extends_first_on_a_tie():
+    u = {"role": "user", "content": "u"}
+    with art.capture() as traj:
+        art.record_completion([u], {"role": "assistant", "content": "a"})
+        art.record_completion([{"role": "user", "content": "v"}], {"role": "assistant", "content": "b"})
+        art.record_completion([{"role": "user", "content": "v"}], {"role": "assistant", "content": "b"})
+        art.record_completion([u, {"role": "assistant", "content": "a"}], {"role": "assistant", "content": "c"})
+        second = art.record_completion(
+            [{"role": "user", "content": "v"}, {"role": "assistant", "content": "b"}], {"role": "assistant", "content": "d"}
+        )
+    assert [m["content"] for m in traj.turns] == ["u", "a", "c"]
+    assert [[m["content"] for m in h.turns] for h in traj.additional_histories] == [["v", "b", "d"], ["v", "b"]]
+    assert second is traj.additional_histories[0]
+
+
+def test_sample_from_choice_needs_every_token_as_an_id():
+    mixed = [{"token": "token_id:7", "logprob": -0.5}, {"token": "hi", "logprob": -0.25}]
+    assert art.sample_from_choice({"logprobs": {"content": mixed}}) is None
+    assert art.sample_from_choice({"logprobs": {"content": [{"token": None, "logprob": -1.0}]}}) is None
+    ids = [{"token": "token_id:7", "logprob": -0.5}, {"token": "token_id:123", "logprob": -0.25}]
+    s = art.sample_from_choice({"logprobs": {"content": ids}, "art_step": 3}, model="m")
+    assert (s.token_ids, s.logprobs, s.step, s.model) == ([7, 123], [-0.5, -0.25], 3, "m")
