@@ -42,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--device", default=None, help="torch device, e.g. cpu or cuda")
     s.add_argument("--vllm-python", default=None, help="interpreter with vLLM installed (env ART_VLLM_PYTHON)")
     s.add_argument("--engine-dtype", choices=["auto", "float32", "bfloat16", "float16"], default=None,
-                   help="weights' dtype in the transformers engine (default: each model's config.dtype)")
+                   help="weights' dtype in the transformers engine (default: each model's config.dtype; 'auto' is "
+                        "bfloat16 on GPUs and on CPUs with native bfloat16, else float32)")
     s.add_argument("--log-level", default="info")
 
     d = sub.add_parser("demo", help="train smollm2-135m on a small bundled task and plot the reward")

@@ -36,7 +36,8 @@ class LocalBackend:
         engine: "transformers" or "vllm"; None uses each model's ``config.engine``.
         device: torch device ("cpu", "cuda"); default cuda when available.
         port: port for the OpenAI endpoint; 0 picks a free one.
-        engine_dtype: dtype of the transformers engine's weights (e.g. "bfloat16"); None: the model's.
+        engine_dtype: dtype of the transformers engine's weights (e.g. "float32"); None: the model's
+            config.dtype, whose "auto" serves bfloat16 on CPUs with native bfloat16, float32 on others.
 
     Example:
         backend = LocalBackend()

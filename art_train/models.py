@@ -198,6 +198,30 @@ def _torch_dtype(dtype: str, device: str) -> Any:
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
 
 
+def serving_dtype(dtype: str | None, device: str | None = None) -> str:
+    """The embedded engine's weights dtype: ``dtype`` if set, else bfloat16 on a CPU with native
+    bfloat16 arithmetic (AVX512-BF16 or AMX), where it serves ~1.5-2x faster than float32, else "auto".
+
+    The trainer keeps its own dtype; the weight-sync probe compares at the engine's precision.
+    """
+    import torch
+
+    if dtype not in (None, "auto"):
+        return dtype
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cpu") and cpu_has_native_bf16():
+        return "bfloat16"
+    return "auto"
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 natively (AVX512-BF16 or AMX tiles)."""
+    import torch
+
+    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in checks)
+
+
 def load_causal_lm(path: str | os.PathLike[str], dtype: str = "auto", device: str | None = None) -> Any:
     """A causal LM from a model folder; ``dtype="auto"`` is bfloat16 on GPU, float32 on CPU.
 

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 
-__all__ = ["BaseWeights", "LoraPair", "load_lora"]
+__all__ = ["BaseWeights", "LoraPair", "load_lora", "lora_pairs", "probe_logprobs"]
 
 
 @dataclass(frozen=True)
@@ -37,24 +37,40 @@ def load_lora(path: str | Path) -> dict[str, LoraPair]:
     config_file = path / "adapter_config.json"
     if not config_file.exists():
         raise FileNotFoundError(f"{path} is not a PEFT adapter folder (no adapter_config.json)")
-    config = json.loads(config_file.read_text())
-    r, alpha = int(config["r"]), float(config.get("lora_alpha", config["r"]))
-    scale = alpha / math.sqrt(r) if config.get("use_rslora") else alpha / r
     weights_file = path / "adapter_model.safetensors"
     if weights_file.exists():
         tensors = load_file(str(weights_file))
     else:
         tensors = torch.load(path / "adapter_model.bin", map_location="cpu", weights_only=True)
+    pairs = lora_pairs(tensors, json.loads(config_file.read_text()))
+    if not pairs:
+        raise ValueError(f"adapter {path} holds no lora_A/lora_B weights")
+    return pairs
+
+
+def lora_pairs(tensors: dict[str, torch.Tensor], config: dict[str, Any]) -> dict[str, LoraPair]:
+    """Pairs from a PEFT state dict (``...q_proj.lora_A.weight`` keys) and its adapter config."""
+    r, alpha = int(config["r"]), float(config.get("lora_alpha", config["r"]))
+    scale = alpha / math.sqrt(r) if config.get("use_rslora") else alpha / r
     pairs: dict[str, LoraPair] = {}
     for key, a in tensors.items():
         if ".lora_A." not in key:
             continue
         b = tensors[key.replace(".lora_A.", ".lora_B.")]
         module = key.split(".lora_A.")[0].removeprefix("base_model.model.")
-        pairs[module] = LoraPair(b.float(), a.float(), scale)
-    if not pairs:
-        raise ValueError(f"adapter {path} holds no lora_A/lora_B weights")
+        pairs[module] = LoraPair(b.detach().float(), a.detach().float(), scale)
     return pairs
+
+
+def probe_logprobs(model: Any, token_ids: list[int]) -> list[float]:
+    """Logprob of each token after the first under `model`: the weight-sync probe, computed one way
+    by the engine on what it serves and by the trainer on its own weights at the engine's precision."""
+    device = next(model.parameters()).device
+    ids = torch.tensor([token_ids], device=device)
+    with torch.inference_mode():
+        logits = model(input_ids=ids).logits.float()  # [1, T, V]
+    logp = torch.log_softmax(logits[0, :-1], dim=-1)
+    return logp.gather(1, ids[0, 1:, None])[:, 0].tolist()
 
 
 class BaseWeights:

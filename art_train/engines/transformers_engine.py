@@ -24,8 +24,9 @@ from typing import Any
 
 import torch
 
-from ..models import chat_template_for, load_causal_lm, load_tokenizer, template_messages
-from .adapters import BaseWeights, LoraPair, load_lora
+from ..models import chat_template_for, load_causal_lm, load_tokenizer, serving_dtype, template_messages
+from .adapters import BaseWeights, LoraPair, load_lora, probe_logprobs
+from .attention import use_float32_cache_attention
 from .base import ChatRequest, EngineError, Gate, SamplingParams
 from .kv import drop_leading, grow_in_place, select_rows
 from .tool_parsers import get_tool_parser
@@ -86,11 +87,12 @@ class TransformersEngine:
         self.base_model = str(base_model)
         self.model_config = model_config
         self.device = device
-        self.dtype = dtype or (getattr(model_config, "dtype", None) or "auto")
-        # serving in half precision while the trainer runs float32: rounding moves some probe tokens by ~0.2
         trainer_dtype = getattr(model_config, "dtype", None) or "auto"
+        self.dtype = serving_dtype(dtype or trainer_dtype, device)
+        # Serving in half precision while the trainer runs float32: the trainer computes the weight-sync
+        # probe on its own weights merged at this precision, exactly as this engine does (see adapters).
         half = self.dtype in ("bfloat16", "float16")
-        self.sync_tolerance: float | None = 0.5 if half and self.dtype != trainer_dtype else None
+        self.sync_reference_dtype: str | None = self.dtype if half and self.dtype != trainer_dtype else None
         self.max_batch = max_batch
         self.max_models = max_models
         self.max_seq_len = max_seq_len or getattr(model_config, "max_seq_len", None) or 4096
@@ -103,6 +105,7 @@ class TransformersEngine:
         self._lock = threading.Lock()  # guards _models and _adapters between the worker and loaders
         self._stopping = False
         self.stats = {"decode_steps": 0, "max_batch": 0, "prefills": 0}
+        self.cache_dtype: torch.dtype | None = None  # float32 for a half-precision model on CPU
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -121,6 +124,11 @@ class TransformersEngine:
         self.model = load_causal_lm(path, dtype=self.dtype, device=self.device)
         self.model.requires_grad_(False)
         self.torch_device = next(self.model.parameters()).device
+        weights_dtype = next(self.model.parameters()).dtype
+        if (weights_dtype in (torch.bfloat16, torch.float16) and self.torch_device.type == "cpu"
+                and self.model.config._attn_implementation == "sdpa"):
+            use_float32_cache_attention(self.model)
+            self.cache_dtype = torch.float32
         self.base = BaseWeights(self.model)
         self._models[None] = self.model
         ids = {self.tokenizer.eos_token_id, self.tokenizer.convert_tokens_to_ids("<|im_end|>")}
@@ -195,11 +203,7 @@ class TransformersEngine:
         def run(busy: set[str | None]) -> None:
             try:
                 model = self._model_for(adapter, busy=busy)
-                ids = torch.tensor([token_ids], device=self.torch_device)
-                with torch.inference_mode():
-                    logits = model(input_ids=ids).logits.float()  # [1, T, V]
-                logp = torch.log_softmax(logits[0, :-1], dim=-1)
-                loop.call_soon_threadsafe(settle, logp.gather(1, ids[0, 1:, None])[:, 0].tolist(), None)
+                loop.call_soon_threadsafe(settle, probe_logprobs(model, token_ids), None)
             except BaseException as exc:  # noqa: BLE001 - handed to the caller
                 loop.call_soon_threadsafe(settle, None, exc)
 
@@ -470,7 +474,8 @@ class TransformersEngine:
         with torch.inference_mode():
             out = model(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=positions.to(dev),
                         use_cache=True, logits_to_keep=1)
-        cache = grow_in_place(out.cache if getattr(out, "cache", None) is not None else out.past_key_values)
+        cache = grow_in_place(out.cache if getattr(out, "cache", None) is not None else out.past_key_values,
+                              self.cache_dtype)
         batch = _Batch(model=model, seqs=list(seqs), cache=cache, mask=mask.to(dev),
                        positions=mask.sum(1).to(dev), last=torch.zeros(len(seqs), dtype=torch.long, device=dev))
         self._sample(batch, out.logits[:, -1])

@@ -81,6 +81,7 @@ class Trainer:
         from peft import LoraConfig, PeftModel, get_peft_model
 
         self.model = model
+        self._reference: tuple[str, Any, Any] | None = None  # the weight-sync probe's model at the engine's dtype
         self.model_config = model.config
         self.rundir = rundir
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -538,13 +539,17 @@ class Trainer:
     # ----- probes -----
 
     @torch.no_grad()
-    def sequence_logprobs(self, token_ids: list[int], step: int | None = None) -> list[float]:
+    def sequence_logprobs(self, token_ids: list[int], step: int | None = None, dtype: str | None = None) -> list[float]:
         """Logprob of each token at positions 1..n-1 given the ones before it, under checkpoint `step`'s adapter.
 
-        Used by the engine to check that it serves the weights just trained (weight-sync probe).
+        Used by the engine to check that it serves the weights just trained (weight-sync probe). With
+        ``dtype`` (an engine serving in another precision), the adapter is merged into a copy of the base
+        at that precision, as the embedded engine merges it, so the two must agree exactly.
         """
         if len(token_ids) < 2:
             return []
+        if dtype is not None:
+            return self._merged_logprobs(token_ids, step, dtype)
         ids = torch.tensor(token_ids)
         pos = torch.arange(len(token_ids))
         pred = torch.arange(len(token_ids) - 1)
@@ -565,3 +570,25 @@ class Trainer:
             self.peft.set_adapter("default")
             self.peft.delete_adapter("_probe")
         return logp.float().cpu().tolist()
+
+    def _merged_logprobs(self, token_ids: list[int], step: int | None, dtype: str) -> list[float]:
+        from ..engines.adapters import BaseWeights, load_lora, lora_pairs, probe_logprobs
+
+        if self._reference is None or self._reference[0] != dtype:
+            model = load_causal_lm(self.base_path, dtype=dtype, device=self.device)
+            model.requires_grad_(False)
+            self._reference = (dtype, model, BaseWeights(model))
+        _, model, base = self._reference
+        if step is None or step == self.step:
+            from peft import get_peft_model_state_dict
+
+            config = self.peft.peft_config["default"]
+            pairs = lora_pairs(get_peft_model_state_dict(self.peft),
+                               {"r": config.r, "lora_alpha": config.lora_alpha, "use_rslora": config.use_rslora})
+        else:
+            path = self.rundir.checkpoint_path(step)
+            if not (path / "adapter_config.json").exists():
+                raise FileNotFoundError(f"checkpoint {step} does not exist; available: {self.rundir.checkpoint_steps()}")
+            pairs = load_lora(path)
+        base.apply(model, pairs)
+        return probe_logprobs(model, token_ids)

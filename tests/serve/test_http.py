@@ -23,7 +23,8 @@ PROMPT = [{"role": "user", "content": "Tell me a story."}]
 
 @pytest.fixture
 async def served(tiny_model_path: Path, tmp_path: Path):
-    backend = LocalBackend(path=tmp_path)
+    # float32 whatever the CPU: the batching test compares a batched draw with a solo one token for token
+    backend = LocalBackend(path=tmp_path, engine_dtype="float32")
     model = art.TrainableModel(name="http", project="serve", base_model=str(tiny_model_path))
     await model.register(backend)
     yield backend, model
