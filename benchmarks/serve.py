@@ -1,8 +1,9 @@
 """Serving throughput and adapter-swap time on smollm2-135m with a rank-8 LoRA on every projection.
 
 Arms, all in one run, each on the same 32 prompts (~300 tokens, 128 new tokens, temperature 1):
-  embedded     art serve (LocalBackend, transformers engine, float32), 32 concurrent HTTP requests
-  embedded_bf16  the same with LocalBackend(engine_dtype="bfloat16") (the trainer stays float32)
+  embedded     art serve (LocalBackend, transformers engine, default dtype: bfloat16 on a CPU with native
+               bfloat16, else float32; the trainer stays float32), 32 concurrent HTTP requests
+  embedded_fp32  the same with LocalBackend(engine_dtype="float32")
   sequential   the same prompts one at a time with peft + model.generate (float32, and bfloat16)
   hf_batched   all 32 in one left-padded model.generate call (peft; float32, and bfloat16)
   raw_vllm     vLLM's own server serving the adapter, 32 concurrent requests   (needs --vllm-python)
@@ -122,6 +123,7 @@ async def serve_arm(engine: str, home: Path, vllm_python: str | None, engine_dty
         out["swap_parts"] = {k: v for k, v in swaps[0].items() if k != "swap_s"}
         out["swap_steps"] = swaps
         entry = backend.service.entry(model.name)
+        out["dtype"] = str(getattr(getattr(entry.engine, "model", None), "dtype", "vllm")).removeprefix("torch.")
         if not throughput:
             return out
         out["adapter_path"] = str(entry.rundir.checkpoint_path(result.step))
@@ -162,8 +164,8 @@ async def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=NEW)
     parser.add_argument("--only-swap", type=int, default=0, metavar="STEPS",
                         help="only time adapter swaps of the transformers engine over STEPS training steps")
-    parser.add_argument("--arms", default="embedded,bf16,hf,vllm",
-                        help="comma-separated subset of embedded,bf16,hf,vllm (ratios need their arms)")
+    parser.add_argument("--arms", default="embedded,fp32,hf,vllm",
+                        help="comma-separated subset of embedded,fp32,hf,vllm (ratios need their arms)")
     args = parser.parse_args()
     arms = set(args.arms.split(","))
     BASE, N, NEW = args.base_model, args.requests, args.new_tokens
@@ -177,9 +179,9 @@ async def main() -> None:
                                "workload": {"requests": N, "new_tokens": NEW, "temperature": 1.0, "lora_rank": 8,
                                             "base_model": BASE}}
     if args.only_swap:
-        for dtype in (None, "bfloat16"):
+        for dtype in (None, "float32"):
             arm = await serve_arm("transformers", home, None, dtype, swap_steps=args.only_swap, throughput=False)
-            results[f"swap_steps_transformers_{dtype or 'float32'}"] = arm["swap_steps"]
+            results[f"swap_steps_transformers_{dtype or 'default'}"] = arm["swap_steps"]
         Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
         print(json.dumps(results, indent=2))
         return
@@ -188,13 +190,14 @@ async def main() -> None:
         emb = await serve_arm("transformers", home, None)
         results["embedded_tok_s"] = emb["tok_s"]
         results["embedded_tok_s_runs"] = emb["tok_s_runs"]
+        results["embedded_dtype"] = emb["dtype"]
         results["swap_s_transformers"] = emb["swap_s"]
         results["swap_parts_transformers"] = emb["swap_parts"]
-    if "bf16" in arms:
-        bf = await serve_arm("transformers", home, None, engine_dtype="bfloat16")
-        results["embedded_bf16_tok_s"] = bf["tok_s"]
-        results["swap_s_transformers_bf16"] = bf["swap_s"]
-        results["swap_parts_transformers_bf16"] = bf["swap_parts"]
+    if "fp32" in arms:
+        bf = await serve_arm("transformers", home, None, engine_dtype="float32")
+        results["embedded_fp32_tok_s"] = bf["tok_s"]
+        results["swap_s_transformers_fp32"] = bf["swap_s"]
+        results["swap_parts_transformers_fp32"] = bf["swap_parts"]
     if "hf" in arms and emb is not None:
         hf = await asyncio.to_thread(hf_arms, base, Path(emb["adapter_path"]), prompts(None), emb["template"],
                                      args.sequential)
@@ -202,13 +205,14 @@ async def main() -> None:
         hf16 = await asyncio.to_thread(hf_arms, base, Path(emb["adapter_path"]), prompts(None), emb["template"],
                                        args.sequential, "bfloat16")
         results.update({f"{k}_bf16": v for k, v in hf16.items() if k != "prompt_tokens_mean"})
-        results["embedded_vs_sequential"] = results["embedded_tok_s"] / hf["sequential_tok_s"]
-        results["embedded_vs_hf_batched"] = results["embedded_tok_s"] / hf["hf_batched_tok_s"]
-        if bf is not None:  # bfloat16 engine against the best plain transformers does in either dtype
-            best_seq = max(hf["sequential_tok_s"], hf16["sequential_tok_s"])
-            best_batch = max(hf["hf_batched_tok_s"], hf16["hf_batched_tok_s"])
-            results["embedded_bf16_vs_sequential"] = results["embedded_bf16_tok_s"] / best_seq
-            results["embedded_bf16_vs_hf_batched"] = results["embedded_bf16_tok_s"] / best_batch
+        # the default engine against the best plain transformers does in either dtype
+        best_seq = max(hf["sequential_tok_s"], hf16["sequential_tok_s"])
+        best_batch = max(hf["hf_batched_tok_s"], hf16["hf_batched_tok_s"])
+        results["embedded_vs_sequential"] = results["embedded_tok_s"] / best_seq
+        results["embedded_vs_hf_batched"] = results["embedded_tok_s"] / best_batch
+        if bf is not None:  # float32 engine against float32 transformers
+            results["embedded_fp32_vs_sequential"] = results["embedded_fp32_tok_s"] / hf["sequential_tok_s"]
+            results["embedded_fp32_vs_hf_batched"] = results["embedded_fp32_tok_s"] / hf["hf_batched_tok_s"]
     if args.vllm_python and "vllm" in arms:
         vl = await serve_arm("vllm", home, args.vllm_python)
         results["raw_vllm_tok_s"] = vl["raw_tok_s"]
@@ -219,7 +223,7 @@ async def main() -> None:
         if emb is not None:
             results["embedded_vs_raw_vllm"] = results["embedded_tok_s"] / vl["raw_tok_s"]
         if bf is not None:
-            results["embedded_bf16_vs_raw_vllm"] = results["embedded_bf16_tok_s"] / vl["raw_tok_s"]
+            results["embedded_fp32_vs_raw_vllm"] = results["embedded_fp32_tok_s"] / vl["raw_tok_s"]
     for key in ("embedded_vs_sequential", "embedded_vs_hf_batched", "embedded_vs_raw_vllm", "proxy_vs_raw_vllm",
                 "swap_s_transformers", "swap_s_vllm"):
         results.setdefault(key, None)
