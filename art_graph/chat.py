@@ -46,13 +46,13 @@ class ArtChatOpenAI(ChatOpenAI):
 
 
 def chat_model(model: Model, **kwargs: Any) -> ChatOpenAI:
-    """A `ChatOpenAI` (an `ArtChatOpenAI`) bound to ``model``'s endpoint (its base URL, API key and served name).
+    """An `ArtChatOpenAI` (a `ChatOpenAI`) bound to ``model``'s endpoint (base URL, API key, served name).
 
     For a trainable model it asks for logprobs and for tokens written as ``token_id:N``, so the
     sampled token ids survive LangChain and land in the trajectory. Any other model (a hosted
     planner, say) is called as is and its turns are recorded as context. The checkpoint step the
-    server reports (``art_step``) is kept in each reply's ``response_metadata``. Keyword arguments go to
-    `ChatOpenAI` (``temperature``, ``max_tokens``, ...).
+    server reports (``art_step``) is kept in each reply's ``response_metadata``. Keyword arguments
+    go to `ChatOpenAI` (``temperature``, ``max_tokens``, ...).
 
     Example:
         llm = art_graph.chat_model(model, temperature=0.7)   # was: ChatOpenAI(model="gpt-4.1")

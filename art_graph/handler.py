@@ -87,7 +87,7 @@ def to_openai(messages: list[BaseMessage]) -> list[dict[str, Any]]:
 
 
 def _fast_openai(m: BaseMessage) -> dict[str, Any] | None:
-    """`convert_to_openai_messages` for the common shapes (text content), ~10x cheaper; None otherwise.
+    """`convert_to_openai_messages` for the common shapes (text content), 2-8x cheaper; None otherwise.
 
     Builds the same dict, key order included (tests/graph/test_convert.py checks it). Capture runs
     on every LLM call: see benchmarks/capture_overhead.py.
