@@ -147,8 +147,8 @@ def create_app(service: ModelService, *, api_key: str | None = None) -> FastAPI:
     async def chat(request: Request) -> Any:
         body: ChatCompletionBody = _parse(ChatCompletionBody, await _json(request))
         chat_request = body.to_request()
-        if not body.stream:
-            return await service.chat(body.model, chat_request)
+        if not body.stream:  # a plain dict of JSON types: json.dumps it, skip FastAPI's 10x slower encoder
+            return JSONResponse(await service.chat(body.model, chat_request))
         chunks = await service.chat_stream(body.model, chat_request)
 
         async def sse() -> AsyncIterator[bytes]:
