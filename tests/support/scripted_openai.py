@@ -39,6 +39,12 @@ def fake_token_ids(text: str) -> list[int]:
     return [zlib.crc32(p.encode()) % 49000 + 100 for p in pieces]
 
 
+class _Server(ThreadingHTTPServer):
+    # socketserver listens with a backlog of 5: 100 clients connecting at once on a busy machine
+    # overflowed it and some connections failed
+    request_queue_size = 512
+
+
 class ScriptedOpenAI:
     def __init__(self, script: Handler | Reply | list[Reply | Handler], *, model: str = "scripted") -> None:
         self.script = script
@@ -126,7 +132,7 @@ class ScriptedOpenAI:
                 self.wfile.flush()
                 self.close_connection = True
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), RequestHandler)
+        self._server = _Server(("127.0.0.1", 0), RequestHandler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
