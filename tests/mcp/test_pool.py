@@ -119,11 +119,11 @@ async def test_cancelled_rollouts_leave_no_process(flaky):
     async def rollout(pool: art_mcp.ServerPool, crash: bool) -> Trajectory:
         async with pool.session() as session:
             pids.append(int((await session.call("whoami")).text))
+            if len(pids) == 3:  # whichever rollout comes last, the crasher included
+                ready.set()
             if crash:
                 await ready.wait()
                 await session.call("die")
-            if len(pids) == 3:
-                ready.set()
             await session.call("hang", {"seconds": 20})
             return Trajectory()
 
