@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import openai
-from langchain_core.outputs import ChatGenerationChunk, ChatResult
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_openai import ChatOpenAI
 
 from art_core import Model
@@ -27,10 +27,8 @@ class ArtChatOpenAI(ChatOpenAI):
     ) -> ChatResult:
         result = super()._create_chat_result(response, generation_info)
         extra = response if isinstance(response, dict) else (getattr(response, "model_extra", None) or {})
-        step = extra.get(STEP_KEY)
-        if step is not None:
-            for generation in result.generations:
-                generation.generation_info = {**(generation.generation_info or {}), STEP_KEY: step}
+        for generation in result.generations:
+            _keep_step(generation, extra.get(STEP_KEY))
         return result
 
     def _convert_chunk_to_generation_chunk(
@@ -39,10 +37,14 @@ class ArtChatOpenAI(ChatOpenAI):
         generation = super()._convert_chunk_to_generation_chunk(
             chunk, default_chunk_class, base_generation_info
         )
-        step = chunk.get(STEP_KEY)
-        if generation is not None and step is not None:
-            generation.generation_info = {**(generation.generation_info or {}), STEP_KEY: step}
+        if generation is not None:
+            _keep_step(generation, chunk.get(STEP_KEY))
         return generation
+
+
+def _keep_step(generation: ChatGeneration, step: Any) -> None:
+    if step is not None:
+        generation.generation_info = {**(generation.generation_info or {}), STEP_KEY: step}
 
 
 def chat_model(model: Model, **kwargs: Any) -> ChatOpenAI:

@@ -49,7 +49,7 @@ class GrowingLayer(DynamicLayer):
         self.keys, self.values = self._kbuf[:, :, start:end], self._vbuf[:, :, start:end]
         return self.keys, self.values
 
-    def _set(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+    def replace(self, keys: torch.Tensor, values: torch.Tensor) -> None:
         """Replace the contents with standalone tensors; the next update allocates fresh buffers."""
         self.keys, self.values = keys, values
         self._kbuf = self._vbuf = None
@@ -68,7 +68,7 @@ def grow_in_place(cache: Any, dtype: torch.dtype | None = None) -> Any:
 def select_rows(cache: Any, index: torch.Tensor) -> None:
     """Keep only the batch rows in `index` (sequences that finished leave the batch)."""
     for layer in cache.layers:
-        layer._set(layer.keys[index], layer.values[index])
+        layer.replace(layer.keys[index], layer.values[index])
 
 
 def drop_leading(cache: Any, columns: int) -> None:

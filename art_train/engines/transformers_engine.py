@@ -579,8 +579,8 @@ def _merge(batch: _Batch, new: _Batch) -> None:
 
     batch.mask = torch.cat([pad(batch.mask, width - a, 1), pad(new.mask, width - b, 1)], dim=0)
     for old_layer, new_layer in zip(batch.cache.layers, new.cache.layers, strict=True):
-        old_layer._set(torch.cat([pad(old_layer.keys, width - a, 2), pad(new_layer.keys, width - b, 2)], dim=0),
-                       torch.cat([pad(old_layer.values, width - a, 2), pad(new_layer.values, width - b, 2)], dim=0))
+        old_layer.replace(torch.cat([pad(old_layer.keys, width - a, 2), pad(new_layer.keys, width - b, 2)], dim=0),
+                          torch.cat([pad(old_layer.values, width - a, 2), pad(new_layer.values, width - b, 2)], dim=0))
     batch.seqs += new.seqs
     batch.positions = torch.cat([batch.positions, new.positions])
     batch.last = torch.cat([batch.last, new.last])

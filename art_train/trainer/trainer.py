@@ -81,7 +81,7 @@ class Trainer:
         from peft import LoraConfig, PeftModel, get_peft_model
 
         self.model = model
-        self._reference: tuple[str, Any, Any] | None = None  # the weight-sync probe's model at the engine's dtype
+        self._reference: tuple[str, Any] | None = None  # (dtype, BaseWeights): the weight-sync probe's model
         self.model_config = model.config
         self.rundir = rundir
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -315,16 +315,18 @@ class Trainer:
         dense block-diagonal mask, which takes SDPA off its causal kernel, and attention runs over
         the whole row. A lone sequence needs no mask at all (is_causal). Set `pack_tokens` to pack anyway.
         """
-        pack_tokens = getattr(config, "pack_tokens", None)
-        if pack_tokens is None and not self.device.startswith("cuda"):
+        if self._one_sequence_per_row(config):
             return build_rows(batch, capacity=1)  # nothing fits with another: one sequence per row
+        pack_tokens = getattr(config, "pack_tokens", None)
         return build_rows(batch, max(pack_tokens or self._max_len(config), self._max_len(config)))
+
+    def _one_sequence_per_row(self, config: TrainConfig | SFTConfig) -> bool:
+        return getattr(config, "pack_tokens", None) is None and not self.device.startswith("cuda")
 
     def _row_groups(self, rows: list[Row], config: TrainConfig | SFTConfig) -> list[tuple[int, list[Row]]]:
         """(shared prefix length, rows): one-sequence rows that start with the same prompt share its
         forward and backward (`SharedPrefix`); packed rows, or gradient checkpointing, go one by one."""
-        one_per_row = getattr(config, "pack_tokens", None) is None and not self.device.startswith("cuda")
-        if not one_per_row or self.model_config.gradient_checkpointing:
+        if not self._one_sequence_per_row(config) or self.model_config.gradient_checkpointing:
             return [(0, [row]) for row in rows]
         return prefix_groups(rows)
 
@@ -557,12 +559,7 @@ class Trainer:
         if step is None or step == self.step:
             logp, _ = row_logprobs(causal_lm, ids, pos, pred, ids[1:])
             return logp.float().cpu().tolist()
-        path = self.rundir.checkpoint_path(step)
-        if not (path / "adapter_config.json").exists():
-            raise FileNotFoundError(
-                f"checkpoint {step} does not exist; available: {self.rundir.checkpoint_steps()}"
-            )
-        self.peft.load_adapter(str(path), adapter_name="_probe")
+        self.peft.load_adapter(str(self._existing_checkpoint(step)), adapter_name="_probe")
         try:
             self.peft.set_adapter("_probe", inference_mode=True)
             logp, _ = row_logprobs(causal_lm, ids, pos, pred, ids[1:])
@@ -571,24 +568,26 @@ class Trainer:
             self.peft.delete_adapter("_probe")
         return logp.float().cpu().tolist()
 
+    def _existing_checkpoint(self, step: int) -> Path:
+        path = self.rundir.checkpoint_path(step)
+        if not (path / "adapter_config.json").exists():
+            raise FileNotFoundError(f"checkpoint {step} does not exist; available: {self.rundir.checkpoint_steps()}")
+        return path
+
     def _merged_logprobs(self, token_ids: list[int], step: int | None, dtype: str) -> list[float]:
         from ..engines.adapters import BaseWeights, load_lora, lora_pairs, probe_logprobs
 
         if self._reference is None or self._reference[0] != dtype:
             model = load_causal_lm(self.base_path, dtype=dtype, device=self.device)
             model.requires_grad_(False)
-            self._reference = (dtype, model, BaseWeights(model))
-        _, model, base = self._reference
+            self._reference = (dtype, BaseWeights(model))
+        base = self._reference[1]
         if step is None or step == self.step:
             from peft import get_peft_model_state_dict
 
-            config = self.peft.peft_config["default"]
-            pairs = lora_pairs(get_peft_model_state_dict(self.peft),
-                               {"r": config.r, "lora_alpha": config.lora_alpha, "use_rslora": config.use_rslora})
+            config = self.peft.peft_config["default"].to_dict()
+            pairs = lora_pairs(get_peft_model_state_dict(self.peft), config)
         else:
-            path = self.rundir.checkpoint_path(step)
-            if not (path / "adapter_config.json").exists():
-                raise FileNotFoundError(f"checkpoint {step} does not exist; available: {self.rundir.checkpoint_steps()}")
-            pairs = load_lora(path)
-        base.apply(model, pairs)
-        return probe_logprobs(model, token_ids)
+            pairs = load_lora(self._existing_checkpoint(step))
+        base.apply(base.model, pairs)
+        return probe_logprobs(base.model, token_ids)
