@@ -30,6 +30,11 @@ def current_trajectory() -> Trajectory | None:
     return _current.get()
 
 
+def current_node() -> str | None:
+    """The graph node set by the innermost `node()` block, or None."""
+    return _node.get()
+
+
 @contextlib.contextmanager
 def capture(trajectory: Trajectory | None = None) -> Iterator[Trajectory]:
     """Run a block as one rollout; every captured call lands in the yielded trajectory.
@@ -113,6 +118,19 @@ def record_completion(
         if sample.node is None and _node.get() is not None:
             sample = sample.model_copy(update={"node": _node.get()})
         reply[SAMPLE_KEY] = sample.model_dump(exclude_none=True)
+    joined = add_completion(traj, request_messages, reply, tools)
+    return joined if joined is not None else History.model_construct(turns=traj.turns, tools=traj.tools)
+
+
+def add_completion(
+    traj: Trajectory, request_messages: list[Message], reply: Message, tools: list[Tool] | None = None
+) -> History | None:
+    """`record_completion` for a reply that is already an assistant message dict, stored as is.
+
+    A trainable reply carries its ``"sample"`` already dumped (`sample_dict`). Plugins on a hot path
+    (art_graph's handler) call this to skip validation. Returns the additional history the
+    completion joined or started; None when it joined the main history.
+    """
     request = list(request_messages)
     normal_request: list[tuple[Any, ...] | None] = [None] * len(request)
 
@@ -130,7 +148,7 @@ def record_completion(
         if joined is None:
             if tools and traj.tools is not tools:
                 traj.tools = tools
-            return History.model_construct(turns=traj.turns, tools=traj.tools)  # a view: no re-validation
+            return None
         if tools:
             joined.tools = tools
         return joined
@@ -176,17 +194,38 @@ def sample_from_choice(choice: dict[str, Any], *, model: str | None = None) -> S
     from logprob tokens written as ``token_id:N`` (``return_tokens_as_token_ids``), which survive
     clients that drop unknown fields. Returns None when the choice carries neither.
     """
+    tokens = sampled_tokens(choice)
+    if tokens is None:
+        return None
+    return Sample(token_ids=tokens[0], logprobs=tokens[1], step=choice.get("art_step"), model=model)
+
+
+def sampled_tokens(choice: dict[str, Any]) -> tuple[list[int], list[float] | None] | None:
+    """The token ids and logprobs of `sample_from_choice`, as plain lists (no validation)."""
     content = ((choice.get("logprobs") or {}).get("content")) or []
-    logprobs = [float(c["logprob"]) for c in content] or None
     token_ids = choice.get("token_ids")
     if token_ids is None and content:
-        tokens = [c.get("token") for c in content]
-        if all(isinstance(t, str) and t.startswith("token_id:") for t in tokens):
-            token_ids = [int(t[9:]) for t in tokens]  # len("token_id:") == 9
+        token_ids, logprobs = _from_logprob_tokens(content)
+    else:
+        logprobs = [float(c["logprob"]) for c in content] or None
     if token_ids is None:
         return None
     if logprobs is not None and len(logprobs) != len(token_ids):
         logger.warning("choice has %d token ids but %d logprobs; dropping logprobs", len(token_ids), len(logprobs))
         logprobs = None
-    step = choice.get("art_step")
-    return Sample(token_ids=list(token_ids), logprobs=logprobs, step=step, model=model)
+    return list(token_ids), logprobs
+
+
+def _from_logprob_tokens(content: list[dict[str, Any]]) -> tuple[list[int] | None, list[float]]:
+    """Token ids from logprob tokens written as ``token_id:N`` (None unless every token is), and the logprobs."""
+    ids: list[int] | None = []
+    logprobs = []
+    for c in content:
+        logprobs.append(float(c["logprob"]))
+        t = c.get("token")
+        if ids is not None:
+            if type(t) is str and t.startswith("token_id:") and t[9:].isdigit():
+                ids.append(int(t[9:]))
+            else:
+                ids = None
+    return ids, logprobs

@@ -44,6 +44,30 @@ class Sample(BaseModel):
         return self
 
 
+def sample_dict(
+    token_ids: list[int],
+    logprobs: list[float] | None = None,
+    *,
+    step: int | None = None,
+    node: str | None = None,
+    model: str | None = None,
+) -> dict[str, Any]:
+    """A `Sample` in the form a turn stores it (``model_dump(exclude_none=True)``), without validation.
+
+    For values already checked (a capture hot path); anything else goes through `Sample`.
+    """
+    out: dict[str, Any] = {"token_ids": token_ids}
+    if logprobs is not None:
+        out["logprobs"] = logprobs
+    if step is not None:
+        out["step"] = step
+    if node is not None:
+        out["node"] = node
+    if model is not None:
+        out["model"] = model
+    return out
+
+
 def assistant_turn(
     content: str | None = None,
     *,

@@ -1,8 +1,8 @@
 """The LangChain callback handler that turns chat model calls into trajectory turns.
 
 `on_chat_model_start` keeps the request (messages, tools, node) by run id; `on_llm_end` converts the
-reply and hands both to `art_core.record_completion`, which joins the history the request extends
-or starts an additional one. Tool results are held until the rollout ends and added only where no
+reply and hands both to art_core's `add_completion` (`record_completion` without validation: this
+runs on every LLM call), which joins the history the request extends or starts an additional one. Tool results are held until the rollout ends and added only where no
 later request already carried them, so parallel tools finishing out of order never split a history.
 """
 
@@ -30,14 +30,9 @@ from langchain_core.messages import (
 )
 from langchain_core.outputs import LLMResult
 
-from art_core import (
-    Sample,
-    Trajectory,
-    current_trajectory,
-    record_completion,
-    record_tool_result,
-    sample_from_choice,
-)
+from art_core import Trajectory, current_trajectory, record_tool_result
+from art_core.capture import add_completion, current_node, sampled_tokens
+from art_core.trajectory import SAMPLE_KEY, sample_dict
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +40,7 @@ TRAINABLE_KEY = "art_trainable"  # chat model metadata set by `chat_model()`
 MODEL_KEY = "art_model"
 STEP_KEY = "art_step"  # the checkpoint step ART's server reports; `chat_model()` keeps it in generation_info
 _CACHE_LIMIT = 20_000  # converted messages kept per handler
+_dumps = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(x, ensure_ascii=False) without building an encoder per call
 
 # The handler of the rollout running in this context; the configure hook attaches it to every run.
 active_handler: contextvars.ContextVar[CaptureHandler | None] = contextvars.ContextVar(
@@ -113,7 +109,7 @@ def _fast_openai(m: BaseMessage) -> dict[str, Any] | None:
             {
                 "type": "function",
                 "id": c["id"],
-                "function": {"name": c["name"], "arguments": json.dumps(c["args"], ensure_ascii=False)},
+                "function": {"name": c["name"], "arguments": _dumps(c["args"])},
             }
             for c in m.tool_calls
         ]
@@ -162,7 +158,7 @@ class CaptureHandler(BaseCallbackHandler):
         self.trainable_nodes = set(trainable_nodes) if trainable_nodes is not None else None
         self.stats = CaptureStats()
         self._calls: dict[UUID, _Call] = {}
-        self._tool_results: list[tuple[Trajectory, dict[str, Any]]] = []
+        self._tool_results: list[tuple[Trajectory, ToolMessage]] = []
         self._lock = threading.Lock()
         self._warned_no_ids = False
         # id(message) -> (message, its content, its OpenAI dict): a graph's state hands the same message objects
@@ -203,16 +199,17 @@ class CaptureHandler(BaseCallbackHandler):
             self._calls[run_id] = call
 
     def _to_openai(self, messages: list[BaseMessage]) -> list[dict[str, Any]]:
+        # No lock: single dict reads and writes are atomic, and a lost entry only costs a conversion.
         out = []
-        with self._lock:
-            for m in messages:
-                hit = self._converted.get(id(m))
-                if hit is None or hit[0] is not m or hit[1] is not m.content:  # new, or content reassigned
-                    if len(self._converted) >= _CACHE_LIMIT:  # a long-lived explicit handler: start over
-                        self._converted.clear()
-                    hit = (m, m.content, to_openai([m])[0])
-                    self._converted[id(m)] = hit
-                out.append(hit[2])
+        cache = self._converted
+        for m in messages:
+            hit = cache.get(id(m))
+            if hit is None or hit[0] is not m or hit[1] is not m.content:  # new, or content reassigned
+                if len(cache) >= _CACHE_LIMIT:  # a long-lived explicit handler: start over
+                    cache.clear()
+                hit = (m, m.content, to_openai([m])[0])
+                cache[id(m)] = hit
+            out.append(hit[2])
         return out
 
     def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
@@ -224,19 +221,20 @@ class CaptureHandler(BaseCallbackHandler):
             message = getattr(generation, "message", None)
             if message is None:
                 continue
-            reply = self._to_openai([message])[0]  # cached: the graph's state will hand this message back
+            reply = dict(self._to_openai([message])[0])  # cached: the graph's state will hand it back
             sample = self._sample(call, generation.generation_info or {}, response.llm_output or {})
+            if sample is not None:
+                reply[SAMPLE_KEY] = sample
             with self._lock:
-                record_completion(
-                    call.request, reply, tools=call.tools, sample=sample, trajectory=call.trajectory
-                )
+                add_completion(call.trajectory, call.request, reply, call.tools)
                 self._count(call, reply, sample)
 
-    def _sample(self, call: _Call, info: dict[str, Any], llm_output: dict[str, Any]) -> Sample | None:
+    def _sample(self, call: _Call, info: dict[str, Any], llm_output: dict[str, Any]) -> dict[str, Any] | None:
+        """The reply's sample in stored form (`sample_dict`), or None for context."""
         if not call.trainable:
             return None
-        sample = sample_from_choice({"logprobs": info.get("logprobs")}, model=call.model)
-        if sample is None:
+        tokens = sampled_tokens({"logprobs": info.get("logprobs")})
+        if tokens is None:
             if not self._warned_no_ids:
                 self._warned_no_ids = True
                 logger.warning(
@@ -245,14 +243,13 @@ class CaptureHandler(BaseCallbackHandler):
                     call.node,
                 )
             return None
-        sample.node = call.node  # plain attribute sets: the values are already valid
         step = info.get(STEP_KEY)
-        sample.step = (
-            step if type(step) is int else _step_from_model_name(str(llm_output.get("model_name") or ""))
-        )
-        return sample
+        if type(step) is not int:
+            step = _step_from_model_name(str(llm_output.get("model_name") or ""))
+        node = call.node if call.node is not None else current_node()
+        return sample_dict(tokens[0], tokens[1], step=step, node=node, model=call.model)
 
-    def _count(self, call: _Call, reply: dict[str, Any], sample: Sample | None) -> None:
+    def _count(self, call: _Call, reply: dict[str, Any], sample: dict[str, Any] | None) -> None:
         s = self.stats
         s.calls += 1
         node = call.node or "-"
@@ -261,7 +258,7 @@ class CaptureHandler(BaseCallbackHandler):
         if sample is not None:
             s.trainable_turns += 1
             s.node_trainable[node] += 1
-            s.node_tokens[node] += len(sample.token_ids)
+            s.node_tokens[node] += len(sample["token_ids"])
         else:
             s.context_turns += 1
             if call.trainable:
@@ -278,8 +275,8 @@ class CaptureHandler(BaseCallbackHandler):
         trajectory = self._target()
         if trajectory is None:
             return
-        with self._lock:
-            self._tool_results.append((trajectory, to_openai([output])[0]))
+        with self._lock:  # converted in flush(), and only if no later request carried it
+            self._tool_results.append((trajectory, output))
             self.stats.tool_results += 1
 
     def flush(self) -> None:
@@ -287,7 +284,7 @@ class CaptureHandler(BaseCallbackHandler):
         with self._lock:
             pending, self._tool_results = self._tool_results, []
             seen: dict[int, set[str]] = {}
-            for trajectory, message in pending:
+            for trajectory, output in pending:
                 if id(trajectory) not in seen:
                     seen[id(trajectory)] = {
                         m.get("tool_call_id")
@@ -295,7 +292,8 @@ class CaptureHandler(BaseCallbackHandler):
                         for m in turns
                         if m.get("role") == "tool"
                     }
-                if message.get("tool_call_id") not in seen[id(trajectory)]:
+                if output.tool_call_id not in seen[id(trajectory)]:
+                    message = to_openai([output])[0]
                     content = message.get("content")
                     record_tool_result(
                         message["tool_call_id"],

@@ -34,6 +34,8 @@ _hook_registered = False
 def _ensure_hook() -> None:
     # Registered on first use, not at import: importing art_graph changes nothing in LangChain.
     global _hook_registered
+    if _hook_registered:
+        return
     with _hook_lock:
         if not _hook_registered:
             register_configure_hook(active_handler, inheritable=True)

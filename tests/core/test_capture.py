@@ -130,3 +130,33 @@ def test_sample_from_choice_needs_every_token_as_an_id():
     ids = [{"token": "token_id:7", "logprob": -0.5}, {"token": "token_id:123", "logprob": -0.25}]
     s = art.sample_from_choice({"logprobs": {"content": ids}, "art_step": 3}, model="m")
     assert (s.token_ids, s.logprobs, s.step, s.model) == ([7, 123], [-0.5, -0.25], 3, "m")
+    not_a_number = [{"token": "token_id:7x", "logprob": -0.5}]
+    assert art.sample_from_choice({"logprobs": {"content": not_a_number}}) is None
+
+
+def test_the_fast_path_stores_what_record_completion_stores():
+    from art_core.capture import add_completion, sampled_tokens
+    from art_core.trajectory import sample_dict
+
+    ids = [{"token": "token_id:7", "logprob": -0.5}, {"token": "token_id:9", "logprob": -0.25}]
+    assert sampled_tokens({"logprobs": {"content": ids}}) == ([7, 9], [-0.5, -0.25])
+    for fields in ({}, {"step": 2, "node": "n", "model": "m"}, {"step": 0}):
+        for logprobs in (None, [-0.5, -0.25]):
+            expected = art.Sample(token_ids=[7, 9], logprobs=logprobs, **fields).model_dump(exclude_none=True)
+            assert sample_dict([7, 9], logprobs, **fields) == expected
+            assert list(sample_dict([7, 9], logprobs, **fields)) == list(expected)  # same key order
+
+    request = [{"role": "user", "content": "u"}]
+    sample = art.Sample(token_ids=[7, 9], logprobs=[-0.5, -0.25], node="n")
+    with art.capture() as slow:
+        art.record_completion(request, {"role": "assistant", "content": "a"}, sample=sample)
+        art.record_completion([*request, {"role": "assistant", "content": "a"}, {"role": "user", "content": "v"}],
+                              {"role": "assistant", "content": "b"})
+        art.record_completion([{"role": "user", "content": "w"}], {"role": "assistant", "content": "c"})
+    fast = art.Trajectory()
+    assert add_completion(fast, request, {"role": "assistant", "content": "a", "sample": sample_dict([7, 9], [-0.5, -0.25], node="n")}) is None
+    add_completion(fast, [*request, {"role": "assistant", "content": "a"}, {"role": "user", "content": "v"}],
+                   {"role": "assistant", "content": "b"})
+    branch = add_completion(fast, [{"role": "user", "content": "w"}], {"role": "assistant", "content": "c"})
+    assert branch is fast.additional_histories[0]
+    assert fast.turns == slow.turns and fast.additional_histories == slow.additional_histories
