@@ -2,8 +2,9 @@
 
 `on_chat_model_start` keeps the request (messages, tools, node) by run id; `on_llm_end` converts the
 reply and hands both to art_core's `add_completion` (`record_completion` without validation: this
-runs on every LLM call), which joins the history the request extends or starts an additional one. Tool results are held until the rollout ends and added only where no
-later request already carried them, so parallel tools finishing out of order never split a history.
+runs on every LLM call), which joins the history the request extends or starts an additional one.
+Tool results are held until the rollout ends and added only where no later request already carried
+them, so parallel tools finishing out of order never split a history.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ TRAINABLE_KEY = "art_trainable"  # chat model metadata set by `chat_model()`
 MODEL_KEY = "art_model"
 STEP_KEY = "art_step"  # the checkpoint step ART's server reports; `chat_model()` keeps it in generation_info
 _CACHE_LIMIT = 20_000  # converted messages kept per handler
-_dumps = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(x, ensure_ascii=False) without building an encoder per call
+_dumps = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(x, ensure_ascii=False), one encoder
 
 # The handler of the rollout running in this context; the configure hook attaches it to every run.
 active_handler: contextvars.ContextVar[CaptureHandler | None] = contextvars.ContextVar(
