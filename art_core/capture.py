@@ -224,7 +224,7 @@ def _from_logprob_tokens(content: list[dict[str, Any]]) -> tuple[list[int] | Non
         logprobs.append(float(c["logprob"]))
         t = c.get("token")
         if ids is not None:
-            if type(t) is str and t.startswith("token_id:") and t[9:].isdigit():
+            if type(t) is str and t.startswith("token_id:") and t[9:].isdecimal():
                 ids.append(int(t[9:]))
             else:
                 ids = None

@@ -130,8 +130,8 @@ def test_sample_from_choice_needs_every_token_as_an_id():
     ids = [{"token": "token_id:7", "logprob": -0.5}, {"token": "token_id:123", "logprob": -0.25}]
     s = art.sample_from_choice({"logprobs": {"content": ids}, "art_step": 3}, model="m")
     assert (s.token_ids, s.logprobs, s.step, s.model) == ([7, 123], [-0.5, -0.25], 3, "m")
-    not_a_number = [{"token": "token_id:7x", "logprob": -0.5}]
-    assert art.sample_from_choice({"logprobs": {"content": not_a_number}}) is None
+    for bad in ("token_id:7x", "token_id:\u00b2", "token_id:"):  # not a number ("²" passes str.isdigit)
+        assert art.sample_from_choice({"logprobs": {"content": [{"token": bad, "logprob": -0.5}]}}) is None
 
 
 def test_the_fast_path_stores_what_record_completion_stores():
