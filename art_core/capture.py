@@ -204,10 +204,9 @@ def sampled_tokens(choice: dict[str, Any]) -> tuple[list[int], list[float] | Non
     """The token ids and logprobs of `sample_from_choice`, as plain lists (no validation)."""
     content = ((choice.get("logprobs") or {}).get("content")) or []
     token_ids = choice.get("token_ids")
+    logprobs = [float(c["logprob"]) for c in content] or None
     if token_ids is None and content:
-        token_ids, logprobs = _from_logprob_tokens(content)
-    else:
-        logprobs = [float(c["logprob"]) for c in content] or None
+        token_ids = _ids_from_logprob_tokens(content)
     if token_ids is None:
         return None
     if logprobs is not None and len(logprobs) != len(token_ids):
@@ -216,16 +215,12 @@ def sampled_tokens(choice: dict[str, Any]) -> tuple[list[int], list[float] | Non
     return list(token_ids), logprobs
 
 
-def _from_logprob_tokens(content: list[dict[str, Any]]) -> tuple[list[int] | None, list[float]]:
-    """Token ids from logprob tokens written as ``token_id:N`` (None unless every token is), and the logprobs."""
-    ids: list[int] | None = []
-    logprobs = []
+def _ids_from_logprob_tokens(content: list[dict[str, Any]]) -> list[int] | None:
+    """Token ids from logprob tokens written as ``token_id:N``; None unless every token is."""
+    ids = []
     for c in content:
-        logprobs.append(float(c["logprob"]))
         t = c.get("token")
-        if ids is not None:
-            if type(t) is str and t.startswith("token_id:") and t[9:].isdecimal():
-                ids.append(int(t[9:]))
-            else:
-                ids = None
-    return ids, logprobs
+        if type(t) is not str or not t.startswith("token_id:") or not t[9:].isdecimal():
+            return None
+        ids.append(int(t[9:]))
+    return ids
