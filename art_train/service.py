@@ -259,6 +259,17 @@ class ModelService:
             raise ServiceError(f"model {name!r} is not a TrainableModel; only trainable models train")
         return entry
 
+    def check_train(self, name: str, groups: list[TrajectoryGroup]) -> _Entry:
+        """The trainable entry for `name`, after checking `groups` can be trained (a 400 naming the problem if not)."""
+        from .validate import check_train_groups, vocab_size
+
+        entry = self._trainable(name)
+        try:
+            check_train_groups(groups, vocab_size(entry.trainer))
+        except ValueError as exc:
+            raise ServiceError(str(exc)) from exc
+        return entry
+
     def _tolerance(self, entry: _Entry) -> float:
         if self.sync_tolerance is not None:
             return self.sync_tolerance
@@ -331,10 +342,12 @@ class ModelService:
 
     async def train(self, name: str, groups: list[TrajectoryGroup], config: TrainConfig,
                     progress: Progress | None = None) -> TrainResult:
+        self.check_train(name, groups)
         return await self._train(name, lambda t, p: t.train(groups, config, progress=p), progress)
 
     async def train_sft(self, name: str, trajectories: list[Trajectory], config: SFTConfig,
                         progress: Progress | None = None) -> TrainResult:
+        self.check_train(name, [TrajectoryGroup(trajectories)])
         return await self._train(name, lambda t, p: t.train_sft(trajectories, config, progress=p), progress)
 
     async def get_step(self, name: str) -> int:
