@@ -16,6 +16,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from art_core import Model, Registration, SFTConfig, TrainableModel, TrainConfig, Trajectory, TrajectoryGroup
 
@@ -176,8 +177,9 @@ def create_app(service: ModelService, *, api_key: str | None = None, max_body_by
     @app.middleware("http")
     async def check_key(request: Request, call_next: Any) -> Any:
         if api_key and request.url.path != "/health":
-            given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
-            if not hmac.compare_digest(given.encode(), api_key.encode()):
+            scheme, _, given = request.headers.get("authorization", "").partition(" ")
+            # compare_digest even when the scheme is wrong, so the time taken never depends on the key
+            if not hmac.compare_digest(given.strip().encode(), api_key.encode()) or scheme.lower() != "bearer":
                 return _error(401, "missing or wrong API key: send 'Authorization: Bearer <key>'",
                               "authentication_error", "invalid_api_key")
         return await call_next(request)
@@ -189,6 +191,11 @@ def create_app(service: ModelService, *, api_key: str | None = None, max_body_by
     @app.exception_handler(EngineError)
     async def engine_error(_: Request, exc: EngineError) -> JSONResponse:
         return _error(exc.status, str(exc), exc.type)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        message = f"{exc.detail}: {request.method} {request.url.path}; the routes are listed in docs/http-api.md"
+        return _error(exc.status_code, message, "not_found_error" if exc.status_code == 404 else "invalid_request_error")
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:

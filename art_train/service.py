@@ -211,9 +211,20 @@ class ModelService:
                 raise ServiceError(
                     f"model {entry.model.name!r} has no checkpoint {step}; steps: {entry.rundir.checkpoint_steps()}",
                     status=404, type="not_found_error")
-            await entry.engine.load_adapter(self.adapter_name(entry, step), path)
+            await entry.engine.load_adapter(self.adapter_name(entry, step), self._own_adapter(entry, path))
             entry.loaded.add(step)
         return self.adapter_name(entry, step), step
+
+    def _own_adapter(self, entry: _Entry, path: Path) -> Path:
+        """`path`, once resolved (symlinks followed), if it lies inside the model's run directory; else a 403."""
+        assert entry.rundir is not None
+        real, root = Path(path).resolve(), entry.rundir.path.resolve()
+        if not real.is_relative_to(root):
+            raise ServiceError(
+                f"adapter {path} resolves to {real}, outside the run directory {root}; adapters are loaded only from "
+                "the model's own checkpoints (copy the adapter into them to serve it)", status=403,
+                type="permission_error")
+        return real
 
     async def chat(self, served: str, request: ChatRequest) -> dict[str, Any]:
         name, pinned = split_served_name(served)
@@ -299,7 +310,7 @@ class ModelService:
         trained_task = asyncio.ensure_future(
             asyncio.to_thread(entry.trainer.sequence_logprobs, ids, step, reference))
         try:
-            await entry.engine.load_adapter(adapter, path or entry.rundir.checkpoint_path(step))
+            await entry.engine.load_adapter(adapter, self._own_adapter(entry, path or entry.rundir.checkpoint_path(step)))
             entry.loaded.add(step)
             t_load = time.perf_counter() - t0
             served = await entry.engine.sequence_logprobs(ids, adapter)
@@ -358,6 +369,10 @@ class ModelService:
         entry = self._trainable(name)
         assert entry.rundir is not None
         step = (entry.step or 0) if step is None else step
+        try:
+            entry.rundir.trajectories_path(split, step)
+        except ValueError as exc:  # the split names a folder: no '..' or '/'
+            raise ServiceError(str(exc)) from exc
         metrics = group_metrics(groups)
         await asyncio.to_thread(entry.rundir.write_trajectories, split, step, groups)
         await asyncio.to_thread(entry.rundir.append_history, {"step": step, "split": split, "time": time.time(), **metrics})

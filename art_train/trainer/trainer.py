@@ -50,6 +50,18 @@ def _noop(_: dict[str, Any]) -> None:
     return None
 
 
+def _load_optimizer_state(path: Path, device: str) -> dict[str, Any]:
+    """Optimizer state as tensors and plain containers only: `weights_only=True` never runs pickled code."""
+    import pickle
+
+    try:
+        return torch.load(path, map_location=device, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise RuntimeError(
+            f"{path} holds more than tensors and plain values, so it was not loaded (torch.load weights_only=True "
+            "refuses to run pickled code); delete that optimizer.pt to resume with a fresh optimizer state") from exc
+
+
 class Trainer:
     """Trains one model's LoRA with GRPO or SFT and keeps its checkpoints.
 
@@ -119,7 +131,7 @@ class Trainer:
             self._optimizer = self._new_optimizer()
             opt_path = rundir.checkpoint_path(latest) / "optimizer.pt"
             if opt_path.exists():
-                self._optimizer.load_state_dict(torch.load(opt_path, map_location=self.device))
+                self._optimizer.load_state_dict(_load_optimizer_state(opt_path, self.device))
             logger.info("resumed %s at step %d", rundir.path, latest)
         self.peft.eval()
 
