@@ -164,9 +164,11 @@ def checkpoints_to_delete(
     keep_last: int = 1,
     keep_base: bool = False,
 ) -> list[int]:
-    """The steps to delete so that what stays is: the newest `keep_last` (the newest always),
-    the best by `best_metric` (higher is better), and step 0 when `keep_base`."""
-    keep = {newest, *sorted((s for s in steps if s <= newest), reverse=True)[: max(keep_last, 1)]}
+    """The steps to delete so that what stays is: the newest `keep_last` up to `newest` (which always
+    stays), the best by `best_metric` (higher is better), step 0 when `keep_base`, and any step after
+    `newest` (a step trained but not yet served: the trainer resumes from it)."""
+    keep = {s for s in steps if s >= newest}
+    keep |= set(sorted((s for s in steps if s <= newest), reverse=True)[: max(keep_last, 1)])
     if keep_base and 0 in steps:
         keep.add(0)
     if best_metric:
