@@ -98,8 +98,9 @@ async def demo(
 
     t_start = time.perf_counter()
     spec = demo_task(task)
-    if eval_split not in ("test", "dev"):
-        raise ValueError(f"eval_split {eval_split!r}: use 'test' (the reported numbers) or 'dev' (for tuning)")
+    if eval_split not in ("test", "dev") or eval_split not in spec.splits:
+        raise ValueError(f"eval_split {eval_split!r}: task {task!r} has held-out splits "
+                         f"{sorted(k for k in spec.splits if k != 'train')} (test: the reported numbers, dev: for tuning)")
     held_out_questions = spec.splits[eval_split][:eval_size]
     train_questions = spec.splits["train"]
     rng = random.Random(seed)
