@@ -1,4 +1,4 @@
-"""The `art` command: `art serve`, `art demo`, `art autorl`, `art --version`."""
+"""The `art` command: `art serve`, `art demo`, `art eval`, `art autorl`, `art --version`."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="largest request body accepted, in MB (default 256); larger ones get a 413")
     s.add_argument("--log-level", default="info")
 
-    d = sub.add_parser("demo", help="train smollm2-135m on a small bundled task and plot the reward")
+    d = sub.add_parser("demo", help="train smollm2-135m to add two-digit numbers; held-out accuracy before and after")
     d.add_argument("--steps", type=int, default=None, help="training steps (default fits ~10 minutes on 2 CPU cores)")
     d.add_argument("--output", default="art-demo", help="folder for the run directory and reward-curve PNG")
     d.add_argument("--model", default="smollm2-135m", help="base model (HF id, local folder or alias)")
@@ -56,6 +56,15 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--group-size", type=int, default=None, help="rollouts per prompt")
     d.add_argument("--learning-rate", type=float, default=None)
     d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--task", choices=["addition", "brevity"], default="addition",
+                   help="addition (reward: the sum is right) or brevity (reward: a short reply)")
+    d.add_argument("--eval-split", choices=["test", "dev"], default="test",
+                   help="held-out questions to score: test (reported) or dev (for choosing settings)")
+    d.add_argument("--eval-every", type=int, default=0, help="also score the held-out split every N steps")
+
+    from .eval_cli import add_eval_parser
+
+    add_eval_parser(sub)
 
     sub.add_parser("autorl", help="generate tasks from an MCP server's tools and train on them (art_mcp)",
                    add_help=False)
@@ -65,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from .config import BackendConfig
     from .server import create_app
     from .service import ModelService
 
@@ -72,8 +82,8 @@ def serve(args: argparse.Namespace) -> int:
         console.print(f"[red]--host {args.host} is reachable from other machines: pass --api-key KEY "
                       "(or set ART_API_KEY), or bind 127.0.0.1[/red]")
         return 2
-    service = ModelService(root=args.path, engine=args.engine, device=args.device,
-                           vllm_python=args.vllm_python, engine_dtype=args.engine_dtype)
+    service = ModelService(BackendConfig(path=args.path, engine=args.engine, device=args.device, port=args.port,
+                                         vllm_python=args.vllm_python, engine_dtype=args.engine_dtype))
     app = create_app(service, api_key=args.api_key, max_body_bytes=int(args.max_request_mb * 2**20))
 
     @app.on_event("shutdown")
@@ -101,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
         from .demo import run_demo
 
         return run_demo(args)
+    if args.command == "eval":
+        from .eval_cli import run_eval
+
+        return run_eval(args)
     parser.print_help()
     return 0
 

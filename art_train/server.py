@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from art_core import Model, Registration, SFTConfig, TrainableModel, TrainConfig, Trajectory, TrajectoryGroup
+from art_core.backend import DEFAULT_BEST_METRIC
 
 from .engines.base import ChatRequest, EngineError, SamplingParams
 from .service import ModelService, ServiceError
@@ -106,6 +107,7 @@ class _LogBody(BaseModel):
 
 class _DeleteBody(BaseModel):
     steps: list[int] | None = None
+    best_checkpoint_metric: str | None = DEFAULT_BEST_METRIC
 
 
 def _error(status: int, message: str, type: str, code: str | None = None) -> JSONResponse:
@@ -310,7 +312,7 @@ def create_app(service: ModelService, *, api_key: str | None = None, max_body_by
     @app.post("/art/v1/models/{name}/checkpoints/delete")
     async def delete(name: str, request: Request) -> dict[str, list[int]]:
         body: _DeleteBody = _parse(_DeleteBody, await _json(request))
-        return {"deleted": await service.delete_checkpoints(name, body.steps)}
+        return {"deleted": await service.delete_checkpoints(name, body.steps, body.best_checkpoint_metric)}
 
     return app
 
