@@ -80,7 +80,7 @@ def test_the_key_is_compared_in_constant_time(monkeypatch: pytest.MonkeyPatch, t
         return compare(a, b)
 
     monkeypatch.setattr("art_train.server.hmac.compare_digest", spy)
-    with TestClient(create_app(ModelService(root=tmp_path), api_key="k3y")) as http:
+    with TestClient(create_app(ModelService(path=tmp_path), api_key="k3y")) as http:
         assert http.get("/v1/models", headers={"Authorization": "Bearer nope"}).status_code == 401
         assert http.get("/v1/models", headers={"Authorization": "Bearer k3y"}).status_code == 200
     assert calls == [(b"nope", b"k3y"), (b"k3y", b"k3y")]  # every check goes through compare_digest
