@@ -11,6 +11,7 @@ from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from . import tracing
 from .trajectory import RolloutError, Trajectory, TrajectoryGroup
 
 logger = logging.getLogger(__name__)
@@ -122,7 +123,11 @@ async def gather_trajectory_groups(
                 t.cancel()
         for t in tasks:  # keep rollout order within the group
             group.add_result(t.result())
-        return await _apply(after_each, group)
+        out = await _apply(after_each, group)
+        if tracing.tracing_enabled():  # one trace per rollout, now that its reward is final
+            for traj in (t for g in out for t in g.trajectories):
+                tracing.trace_trajectory(traj)
+        return out
 
     with tally.progress:
         jobs = [asyncio.ensure_future(finish(g, p)) for g, p in zip(groups, pending, strict=True)]
