@@ -55,6 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--learning-rate", type=float, default=None)
     d.add_argument("--seed", type=int, default=0)
 
+    from .report import add_parser as add_report_parser
+
+    add_report_parser(sub)
+
     sub.add_parser("autorl", help="generate tasks from an MCP server's tools and train on them (art_mcp)",
                    add_help=False)
     return parser
@@ -99,6 +103,10 @@ def main(argv: list[str] | None = None) -> int:
         from .demo import run_demo
 
         return run_demo(args)
+    if args.command == "report":
+        from .report import report_main
+
+        return report_main(args)
     parser.print_help()
     return 0
 

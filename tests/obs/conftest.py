@@ -95,6 +95,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     base = tmp_path_factory.mktemp("obs")
     tiny = build_tiny_model(tmp_path_factory.getbasetemp() / "tiny-llama")
     env = {"WANDB_MODE": "offline", "WANDB_DIR": str(base / "wandb"), "WANDB_SILENT": "true",
+           "WANDB_CACHE_DIR": str(base / "wandb-cache"), "WANDB_CONFIG_DIR": str(base / "wandb-config"),
+           "WANDB_DATA_DIR": str(base / "wandb-data"),
            "WANDB_CONSOLE": "off", "ART_TENSORBOARD_DIR": str(base / "tb"),
            "MLFLOW_TRACKING_URI": (base / "mlruns").as_uri()}
     (base / "wandb").mkdir()
