@@ -9,7 +9,7 @@ import math
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from . import tracing
 from .trajectory import RolloutError, Trajectory, TrajectoryGroup
@@ -39,6 +39,7 @@ class _Tally:
             MofNCompleteColumn(),
             TextColumn("reward {task.fields[reward]}  exceptions {task.fields[errors]}"),
             TimeElapsedColumn(),
+            TimeRemainingColumn(),
             disable=not show,
             transient=False,
         )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
-import logging
 import os
 import sys
 
@@ -29,6 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="art", description="ART, the Agent Reinforcement Trainer")
     parser.add_argument("--version", action="version", version=f"art {__version__}")
+    parser.add_argument("--verbose", action="store_true",
+                        help="show dependencies' logs, progress bars and warnings (accepted after the command too)")
     sub = parser.add_subparsers(dest="command")
 
     s = sub.add_parser("serve", help="serve and train models over HTTP (OpenAI-compatible /v1 + training API)")
@@ -88,15 +89,17 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    from art_core.cli_logging import pop_verbose, setup_cli_logging
+
+    argv, verbose = pop_verbose(list(sys.argv[1:] if argv is None else argv))
     if argv and argv[0] == "autorl":
+        setup_cli_logging(verbose)
         from art_mcp.cli import autorl_main  # another package's CLI: imported only when asked for
 
         return int(autorl_main(argv[1:]) or 0)
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=getattr(args, "log_level", "warning").upper() if args.command == "serve" else "WARNING",
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_cli_logging(verbose, level=args.log_level if args.command == "serve" else None)
     if args.command == "serve":
         return serve(args)
     if args.command == "demo":
