@@ -9,7 +9,14 @@ import math
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from . import tracing
 from .trajectory import RolloutError, Trajectory, TrajectoryGroup
