@@ -97,10 +97,16 @@ class Page:
 
     def wait(self, condition: str, timeout: float = 30) -> None:
         deadline = time.time() + timeout
-        while not self.evaluate(f"Boolean({condition})"):
+        while not self._true(condition):
             if time.time() > deadline:
                 raise TimeoutError(f"page never got to {condition!r}; errors: {self.errors()}")
             time.sleep(0.05)
+
+    def _true(self, condition: str) -> bool:
+        try:
+            return bool(self.evaluate(f"Boolean({condition})"))
+        except RuntimeError:  # the page is still loading (its elements are not there yet)
+            return False
 
     def errors(self) -> list[str]:
         """Console errors and warnings, uncaught exceptions and failed loads seen so far."""
@@ -135,3 +141,16 @@ class Page:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+if __name__ == "__main__":  # python -m tests.obs.cdp URL OUT.png [WIDTH HEIGHT]: the docs' screenshot
+    import sys
+
+    url, out = sys.argv[1], sys.argv[2]
+    w, h = (int(sys.argv[3]), int(sys.argv[4])) if len(sys.argv) > 4 else (1400, 1000)
+    with Page(w, h) as page:
+        page.goto(url)
+        if page.errors():
+            raise SystemExit(f"console errors: {page.errors()}")
+        with open(out, "wb") as f:
+            f.write(page.screenshot())
