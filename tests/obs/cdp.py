@@ -49,7 +49,7 @@ class Page:
             if pages or time.time() > deadline:
                 break
             time.sleep(0.1)
-        self.ws = connect(pages[0]["webSocketDebuggerUrl"], max_size=64 * 2**20)
+        self.ws = connect(pages[0]["webSocketDebuggerUrl"], max_size=64 * 2**20).__enter__()
         self._id = 0
         self.events: list[dict[str, Any]] = []
         for domain in ("Runtime", "Log", "Page"):
