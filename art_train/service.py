@@ -340,38 +340,93 @@ class ModelService:
         return list(ids["input_ids"] if isinstance(ids, dict) else ids)
 
     async def _load_and_verify(self, entry: _Entry, step: int, path: Path | None = None) -> dict[str, float]:
-        """Load checkpoint `step` (or the adapter at `path`) as ``name@step`` and check the engine serves it."""
+        """Load checkpoint `step` (or the adapter at `path`) as ``name@step`` and check the engine serves it.
+
+        Three checks (see `weight_sync`): the engine's logprobs within tolerance of the trainer's on the
+        probe; the fingerprint of the adapter the engine holds equal to the trainer's, where the engine can
+        say; and, on this step's trained sequences, the engine's move from the previous checkpoint (and
+        from step 0) matching the trainer's, where the probe can tell them apart. Any failure unloads
+        the adapter and raises `WeightSyncError`; the previous step stays served.
+        """
+        from .weight_sync import discriminate
+
         assert entry.rundir is not None
+        trainer, engine = entry.trainer, entry.engine
         adapter = self.adapter_name(entry, step)
         t0 = time.perf_counter()
-        ids = self.probe_ids(entry)
-        # the trainer's side of the probe runs while the engine loads: the two overlap
-        trained_task = asyncio.ensure_future(
-            asyncio.to_thread(entry.trainer.sequence_logprobs, ids, step, entry.engine.sync_reference_dtype))
+        probes = [self.probe_ids(entry), *await asyncio.to_thread(trainer.probe_sequences, step)]
+        existing = set(entry.rundir.checkpoint_steps())
+        alternatives = {"previous": step - 1, "step0": 0} if step > 1 else {"previous": 0} if step == 1 else {}
+        alternatives = {k: a for k, a in alternatives.items() if a in existing}
+        reference = engine.sync_reference_dtype
+
+        def trainer_side() -> tuple[dict[int, list[list[float]]], dict[int, str]]:
+            steps = [step, *alternatives.values()]
+            logprobs = {s: [trainer.sequence_logprobs(p, s, reference) for p in probes] for s in steps}
+            return logprobs, {s: trainer.adapter_fingerprint(s) for s in steps}
+
+        trained_task = asyncio.ensure_future(asyncio.to_thread(trainer_side))  # overlaps the engine's load
         try:
-            await entry.engine.load_adapter(adapter, self._own_adapter(entry, path or entry.rundir.checkpoint_path(step)))
+            await engine.load_adapter(adapter, self._own_adapter(entry, path or entry.rundir.checkpoint_path(step)))
             entry.loaded.add(step)
             t_load = time.perf_counter() - t0
-            served = await entry.engine.sequence_logprobs(ids, adapter)
+            served = {step: [await engine.sequence_logprobs(p, adapter) for p in probes]}
+            for a in alternatives.values():
+                name_a, _ = await self._adapter_for(entry, a)
+                served[a] = [await engine.sequence_logprobs(p, name_a) for p in probes]
+            engine_fp = await engine.adapter_fingerprint(adapter)
         except BaseException:
             await asyncio.gather(trained_task, return_exceptions=True)  # never leave it running unobserved
             raise
-        trained = await trained_task
-        n = min(len(served), len(trained))
-        diffs = [abs(a - b) for a, b in zip(served[-n:], trained[-n:], strict=True)]
-        diff = max(diffs, default=0.0)
-        tol = self._tolerance(entry)
-        if n == 0 or diff > tol:
+        trained, trainer_fp = await trained_task
+
+        def aligned(s: int) -> tuple[list[float], list[float]]:  # engine, trainer; tails of equal length
+            e_all: list[float] = []
+            t_all: list[float] = []
+            for e, t in zip(served[s], trained[s], strict=True):
+                n = min(len(e), len(t))
+                e_all += e[len(e) - n:]
+                t_all += t[len(t) - n:]
+            return e_all, t_all
+
+        failures: list[str] = []
+        e_new, t_new = aligned(step)
+        diffs = [abs(a - b) for a, b in zip(e_new, t_new, strict=True)]
+        diff, tol = max(diffs, default=0.0), self._tolerance(entry)
+        if not diffs or diff > tol:
+            failures.append(f"the engine's logprobs on the probe differ from the trainer's for checkpoint {step} by up "
+                            f"to {diff:.4g} (tolerance {tol:g}, {len(diffs)} tokens)")
+        metrics: dict[str, float] = {"weight_sync/max_abs_diff": diff,
+                                     "weight_sync/mean_abs_diff": sum(diffs) / max(len(diffs), 1),
+                                     "weight_sync/probe_tokens": float(len(diffs))}
+        if engine_fp is not None:
+            metrics["weight_sync/identity_match"] = float(engine_fp == trainer_fp[step])
+            if engine_fp != trainer_fp[step]:
+                same = [f"checkpoint {a}'s" for a in alternatives.values() if trainer_fp[a] == engine_fp]
+                failures.append(f"the engine holds adapter weights {engine_fp} ({same[0] if same else 'no checkpoint'}) "
+                                f"under {adapter}, but checkpoint {step} is {trainer_fp[step]}")
+        told_apart = []
+        for label, a in alternatives.items():
+            e_alt, t_alt = aligned(a)
+            d = discriminate(e_new, e_alt, t_new, t_alt)
+            metrics |= {f"weight_sync/vs_{label}/s": d.s, f"weight_sync/vs_{label}/se": d.se,
+                        f"weight_sync/vs_{label}/moved": d.moved}
+            told_apart.append(d.distinguishable)
+            if d.stale:
+                failures.append(f"on this step's trained tokens the engine moved {d.s:.2f} (+-{d.se:.2f}) of the way "
+                                f"from checkpoint {a} to {step}: it serves checkpoint {a}'s weights, not {step}'s")
+        metrics["weight_sync/distinguishable"] = float(bool(told_apart) and all(told_apart))
+        if failures:
             entry.loaded.discard(step)
-            await entry.engine.unload_adapter(adapter)
-            raise WeightSyncError(
-                f"weight-sync check failed for {adapter}: the engine's logprobs on the probe differ from the "
-                f"trainer's for checkpoint {step} by up to {diff:.4g} (tolerance {tol:g}, {n} tokens); the engine "
-                "is not serving the trained weights, so this step is not served")
-        mean = sum(diffs) / n
-        logger.info("%s: weight sync ok (max |dlogprob| %.2e, mean %.2e, load %.3fs)", adapter, diff, mean, t_load)
-        return {"weight_sync/max_abs_diff": diff, "weight_sync/mean_abs_diff": mean, "time/load_adapter_s": t_load,
-                "time/swap_s": time.perf_counter() - t0}
+            await engine.unload_adapter(adapter)
+            raise WeightSyncError(f"weight-sync check failed for {adapter}: " + "; ".join(failures)
+                                  + "; the engine is not serving the trained weights, so this step is not served")
+        if alternatives and not all(told_apart) and engine_fp is None:
+            logger.warning("%s: the probe cannot tell checkpoint %d from %s (se %s); weight sync is unverified this "
+                           "step (weight_sync/distinguishable = 0)", adapter, step, sorted(alternatives.values()),
+                           [round(metrics[f"weight_sync/vs_{k}/se"], 3) for k in alternatives])
+        logger.info("%s: weight sync ok (max |dlogprob| %.2e, load %.3fs)", adapter, diff, t_load)
+        return {**metrics, "time/load_adapter_s": t_load, "time/swap_s": time.perf_counter() - t0}
 
     async def _train(self, name: str, run: Callable[[Any, Progress], TrainResult], progress: Progress | None) -> TrainResult:
         entry = self._trainable(name)

@@ -83,4 +83,9 @@ class Engine(Protocol):
         """log p(token_i | tokens before it) for i >= 1, as served (the weight-sync probe)."""
         ...
 
+    async def adapter_fingerprint(self, name: str) -> str | None:
+        """`weight_sync.lora_fingerprint` of the LoRA served as `name`, from what the engine itself holds or
+        reports having loaded; None when the engine cannot say (the weight-sync check then relies on logprobs)."""
+        ...
+
     async def stop(self) -> None: ...

@@ -152,6 +152,14 @@ class TransformersEngine:
             self._adapters[name] = lora
             self._models.pop(name, None)  # re-merge on next use
 
+    async def adapter_fingerprint(self, name: str) -> str | None:
+        """Fingerprint of the LoRA tensors this engine merges for `name` (the ones it loaded, not the file)."""
+        from ..weight_sync import lora_fingerprint
+
+        with self._lock:
+            pairs = self._adapters.get(name)
+        return None if pairs is None else await asyncio.to_thread(lora_fingerprint, pairs)
+
     async def unload_adapter(self, name: str) -> None:
         with self._lock:
             self._adapters.pop(name, None)

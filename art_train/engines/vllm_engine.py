@@ -220,6 +220,23 @@ class VLLMEngine:
         await self._load(name, Path(path))
         self._adapters[name] = Path(path)
 
+    async def adapter_fingerprint(self, name: str) -> str | None:
+        """Fingerprint of the adapter folder vLLM reports serving as `name` (``root`` in /v1/models).
+
+        vLLM's weights cannot be read from outside; what it says it loaded, read back from disk, is the
+        nearest identity there is. None when vLLM does not list the adapter or its folder.
+        """
+        from ..weight_sync import lora_fingerprint
+        from .adapters import load_lora
+
+        r = await self._client.get("/v1/models")
+        if r.status_code >= 400:
+            return None
+        root = next((m.get("root") for m in r.json().get("data", []) if m.get("id") == name), None)
+        if not root or not Path(root).is_dir():
+            return None
+        return await asyncio.to_thread(lambda: lora_fingerprint(load_lora(root)))
+
     async def unload_adapter(self, name: str) -> None:
         if self._adapters.pop(name, None) is not None:
             await self._client.post("/v1/unload_lora_adapter", json={"lora_name": name})

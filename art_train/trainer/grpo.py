@@ -39,6 +39,9 @@ __all__ = ["grpo_step"]
 
 logger = logging.getLogger(__name__)
 
+DRIFT_WARNING = 0.1  # mean |sampler - trainer| logprob above which a step warns (bfloat16 engines: ~0.04)
+
+
 def grpo_step(
     policy: Policy, groups: list[TrajectoryGroup], config: TrainConfig, progress: Progress
 ) -> dict[str, Any]:
@@ -97,6 +100,7 @@ def grpo_step(
     # 5. per row: forward, loss, backward; per batch: clip and step
     total_rows = config.num_epochs * sum(len(rows) for rows, _ in packed)
     sums = {"loss": 0.0, "entropy": 0.0, "kl": 0.0, "clip": 0.0, "grad_norm": 0.0, "tokens": 0, "steps": 0}
+    drift = {"sum": 0.0, "max": 0.0, "tokens": 0}  # |sampler - trainer| logprob on trained tokens, step's start
     done_rows = trained_tokens = 0
     with policy.training():
         for epoch in range(config.num_epochs):
@@ -128,6 +132,13 @@ def grpo_step(
                             sampler_logp=sampler[idx].to(dev), tis_cap=config.truncated_importance_sampling,
                             ref_logp=ref[b][idx].to(dev) if ref[b] is not None else None, beta=config.beta,
                         )
+                        if epoch == 0:  # old_logp is the policy the step started from
+                            gap = (sampler[idx].to(dev) - old_logp.detach()).abs()
+                            gap = gap[~torch.isnan(gap)]
+                            if gap.numel():
+                                drift["sum"] += float(gap.sum())
+                                drift["max"] = max(drift["max"], float(gap.max()))
+                                drift["tokens"] += gap.numel()
                         terms.loss.backward()
                         batch_loss += float(terms.loss.detach())
                         sums["kl"] += float(terms.kl.sum()) if terms.kl is not None else 0.0
@@ -156,6 +167,16 @@ def grpo_step(
         "rows": sum(len(rows) for rows, _ in packed),
         "time/forward_backward_s": time.perf_counter() - t1,
     })
+    if drift["tokens"]:  # how far the sampler's logprobs are from the trainer's: a stale engine shows here
+        mean = drift["sum"] / drift["tokens"]
+        metrics |= {"sampler_drift/mean_abs": mean, "sampler_drift/max_abs": drift["max"],
+                    "sampler_drift/tokens": drift["tokens"]}
+        if mean > DRIFT_WARNING:
+            logger.warning(
+                "sampler/trainer drift: the sampler's logprobs differ from the trainer's by %.3f on average (max %.3f) "
+                "over %d trained tokens (warning above %g): rollouts may come from other weights than the trainer's "
+                "(a stale adapter, another precision, or off-policy samples)", mean, drift["max"], drift["tokens"],
+                DRIFT_WARNING)
     if trained_tokens:
         metrics["trained_tokens_per_s"] = trained_tokens / metrics["time/forward_backward_s"]
     return metrics

@@ -210,6 +210,38 @@ class Trainer:
 
     # ----- the weight-sync probe -----
 
+    def probe_sequences(self, step: int, budget: int = 1024) -> list[list[int]]:
+        """Token ids of the sequences checkpoint `step` was trained on (most trained tokens first), up to
+        `budget` tokens in all: where the step moved the policy, so the weight-sync check can see it."""
+        from .tokenize import TokenizeStats, tokenize_trajectory
+
+        if not self.rundir.trajectories_path("train", step).exists():
+            return []
+        seqs = [seq for group in self.rundir.read_trajectories("train", step) for traj in group.trajectories
+                for seq in tokenize_trajectory(traj, self.tokenizer, self.chat_template, stats=TokenizeStats())
+                if seq.trained_tokens]
+        out, used = [], 0
+        for seq in sorted(seqs, key=lambda q: -q.trained_tokens):
+            ids = seq.token_ids[: budget - used]
+            if len(ids) >= 2:
+                out.append(ids)
+                used += len(ids)
+            if used >= budget:
+                break
+        return out
+
+    def adapter_fingerprint(self, step: int | None = None) -> str:
+        """`weight_sync.lora_fingerprint` of the adapter just trained (in memory), or of checkpoint `step`."""
+        from peft import get_peft_model_state_dict
+
+        from ..engines.adapters import load_lora, lora_pairs
+        from ..weight_sync import lora_fingerprint
+
+        if step is None or step == self.step:
+            config = self.policy.peft.peft_config["default"].to_dict()
+            return lora_fingerprint(lora_pairs(get_peft_model_state_dict(self.policy.peft), config))
+        return lora_fingerprint(load_lora(self.checkpoints.existing(step)))
+
     def sequence_logprobs(self, token_ids: list[int], step: int | None = None, dtype: str | None = None) -> list[float]:
         """Logprob of each token at positions 1..n-1 given the ones before it, under checkpoint `step`'s adapter.
 
