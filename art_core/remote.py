@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import time
+import uuid
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -28,6 +31,10 @@ class BackendError(RuntimeError):
         self.type = type
 
 
+class _StreamCut(BackendError):
+    """The training stream ended before its result: the server went away mid-call."""
+
+
 class RemoteBackend:
     """Train and serve through an `art serve` process, e.g. on a GPU box.
 
@@ -36,9 +43,12 @@ class RemoteBackend:
         await model.register(backend)
     """
 
-    def __init__(self, url: str = "http://127.0.0.1:7999", *, api_key: str | None = None, timeout: float = 3600.0) -> None:
+    def __init__(self, url: str = "http://127.0.0.1:7999", *, api_key: str | None = None, timeout: float = 3600.0,
+                 restart_timeout: float = 600.0, max_retries: int = 3) -> None:
         self.url = url.rstrip("/")
         self.api_key = api_key
+        self.restart_timeout = restart_timeout  # how long `train` waits for a server that went away to come back
+        self.max_retries = max_retries
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=timeout)
 
@@ -80,13 +90,41 @@ class RemoteBackend:
                     elif kind == "error":
                         err = event.get("error") or {}
                         raise BackendError(err.get("message", "training failed"), type=err.get("type"))
-        raise BackendError(f"the server closed the training stream of {path} without a result")
+        raise _StreamCut(f"the server closed the training stream of {path} without a result")
+
+    async def _train_with_retries(self, model: Model, path: str, body: dict[str, Any], verbose: bool) -> TrainResult:
+        """POST a training call; if the server goes away (killed, restarted) wait for it, register the model
+        again and resend the same body. Its ``step_id`` makes the server return the step it already
+        trained (or finish the one it journalled) rather than train the groups twice."""
+        for attempt in range(self.max_retries + 1):
+            try:
+                return await self._stream(path, body, verbose)
+            except (httpx.TransportError, _StreamCut) as exc:
+                if attempt == self.max_retries:
+                    raise BackendError(f"training call {body['step_id']} failed {attempt + 1} times, the server going "
+                                       f"away each time (last: {exc!r}); check the server's log") from exc
+                logger.warning("the server went away during a training call (%r); waiting up to %.0f s for it, then "
+                               "retrying step id %s", exc, self.restart_timeout, body["step_id"])
+                await self._wait_for_server()
+                await self.register(model)
+
+    async def _wait_for_server(self) -> None:
+        deadline = time.monotonic() + self.restart_timeout
+        while time.monotonic() < deadline:
+            try:
+                if (await self._client.get("/health", timeout=5)).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            await asyncio.sleep(0.5)
+        raise BackendError(f"the server at {self.url} did not come back within {self.restart_timeout:g} s")
 
     async def train(
         self, model: Model, groups: list[TrajectoryGroup], config: TrainConfig, *, verbose: bool = True
     ) -> TrainResult:
-        body = {"groups": [g.model_dump(mode="json") for g in groups], "config": config.model_dump(mode="json")}
-        return await self._stream(f"/art/v1/models/{model.name}/train", body, verbose)
+        body = {"groups": [g.model_dump(mode="json") for g in groups], "config": config.model_dump(mode="json"),
+                "step_id": uuid.uuid4().hex}
+        return await self._train_with_retries(model, f"/art/v1/models/{model.name}/train", body, verbose)
 
     async def train_sft(
         self, model: Model, trajectories: list[Trajectory], config: SFTConfig, *, verbose: bool = True
@@ -94,8 +132,9 @@ class RemoteBackend:
         body = {
             "trajectories": [t.model_dump(mode="json") for t in trajectories],
             "config": config.model_dump(mode="json"),
+            "step_id": uuid.uuid4().hex,
         }
-        return await self._stream(f"/art/v1/models/{model.name}/train_sft", body, verbose)
+        return await self._train_with_retries(model, f"/art/v1/models/{model.name}/train_sft", body, verbose)
 
     async def log(self, model: Model, groups: list[TrajectoryGroup], split: str, step: int | None) -> dict[str, Any]:
         body = {"groups": [g.model_dump(mode="json") for g in groups], "split": split, "step": step}

@@ -93,11 +93,13 @@ def _check_tool(i: int, tool: dict[str, Any]) -> None:
 class _TrainBody(BaseModel):
     groups: list[TrajectoryGroup]
     config: TrainConfig = Field(default_factory=TrainConfig)
+    step_id: str | None = Field(None, max_length=128)  # the same id on a retry: the step is not trained twice
 
 
 class _SFTBody(BaseModel):
     trajectories: list[Trajectory]
     config: SFTConfig = Field(default_factory=SFTConfig)
+    step_id: str | None = Field(None, max_length=128)
 
 
 class _LogBody(BaseModel):
@@ -267,6 +269,7 @@ def create_app(service: ModelService, *, api_key: str | None = None, max_body_by
 
     @app.get("/art/v1/models/{name}/step")
     async def step(name: str) -> dict[str, int]:
+        await service.restore(name)
         return {"step": await service.get_step(name)}
 
     def _stream_training(run: Any) -> StreamingResponse:
@@ -299,14 +302,17 @@ def create_app(service: ModelService, *, api_key: str | None = None, max_body_by
     @app.post("/art/v1/models/{name}/train")
     async def train(name: str, request: Request) -> StreamingResponse:
         body: _TrainBody = _parse(_TrainBody, await _json(request))
+        await service.restore(name)  # after a restart: known again from its run directory
         service.check_train(name, body.groups)  # unknown model or bad trajectories: an error before the stream starts
-        return _stream_training(lambda p: service.train(name, body.groups, body.config, p))
+        return _stream_training(lambda p: service.train(name, body.groups, body.config, p, step_id=body.step_id))
 
     @app.post("/art/v1/models/{name}/train_sft")
     async def train_sft(name: str, request: Request) -> StreamingResponse:
         body: _SFTBody = _parse(_SFTBody, await _json(request))
+        await service.restore(name)
         service.check_train(name, [TrajectoryGroup(body.trajectories)])
-        return _stream_training(lambda p: service.train_sft(name, body.trajectories, body.config, p))
+        return _stream_training(lambda p: service.train_sft(name, body.trajectories, body.config, p,
+                                                            step_id=body.step_id))
 
     @app.post("/art/v1/models/{name}/log")
     async def log(name: str, request: Request) -> dict[str, Any]:

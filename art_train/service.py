@@ -12,6 +12,7 @@ previous step stays served.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -31,6 +32,7 @@ from art_core import (
     TrajectoryGroup,
 )
 from art_core.metrics import group_metrics
+from art_core.rundir import art_home, check_name
 
 from .config import BackendConfig
 from .engines.base import ChatRequest, Engine, EngineError
@@ -213,6 +215,12 @@ class ModelService:
                 entry.rundir = RunDir(model.project, model.name, self.config.path)
                 entry.rundir.write_model(model.model_dump(mode="json"))
                 entry.trainer = await asyncio.to_thread(self._make_trainer, model, entry.rundir)
+                # a step journalled by a process that died mid-step is finished now, from its saved
+                # trajectories: the served step is then the newest complete one and get_step() is right
+                resumed = await asyncio.to_thread(entry.trainer.resume_pending)
+                if resumed is not None:
+                    logger.warning("%s: finished step %d, interrupted before this process started", model.name,
+                                   resumed.step)
                 entry.step = int(entry.trainer.step)
                 await self._load_and_verify(entry, entry.step)
             self._entries[model.name] = entry
@@ -226,6 +234,22 @@ class ModelService:
                 f"model {name!r} is not registered here; registered: {sorted(self._entries)}. "
                 "Register it first (`await model.register(backend)`)", status=404, type="not_found_error")
         return entry
+
+    async def restore(self, name: str) -> None:
+        """Register `name` from its run directory's model.json if this process has not seen it yet (after a
+        restart, clients reconnect by name). Nothing happens when it is unknown or ambiguous."""
+        if name in self._entries:
+            return
+        try:
+            check_name("model name", name)
+        except ValueError:
+            return
+        found = sorted(art_home(self.config.path).glob(f"*/models/{name}/model.json"))
+        if len(found) != 1:
+            return
+        data = json.loads(found[0].read_text())
+        logger.info("restoring %s from %s", name, found[0].parent)
+        await self.register(TrainableModel.model_validate(data))
 
     def served_names(self) -> list[str]:
         return sorted(self._entries)
@@ -265,6 +289,7 @@ class ModelService:
 
     async def chat(self, served: str, request: ChatRequest) -> dict[str, Any]:
         name, pinned = split_served_name(served)
+        await self.restore(name)
         entry = self.entry(name)
         await entry.gate.enter()
         try:
@@ -280,6 +305,7 @@ class ModelService:
     async def chat_stream(self, served: str, request: ChatRequest) -> AsyncIterator[dict[str, Any]]:
         """Checks the name before the first chunk (so errors are HTTP errors), then streams."""
         name, pinned = split_served_name(served)
+        await self.restore(name)
         entry = self.entry(name)
         await entry.gate.enter()
         try:
@@ -447,14 +473,23 @@ class ModelService:
                 entry.gate.resume()
 
     async def train(self, name: str, groups: list[TrajectoryGroup], config: TrainConfig,
-                    progress: Progress | None = None) -> TrainResult:
-        self.check_train(name, groups)
-        return await self._train(name, lambda t, p: t.train(groups, config, progress=p), progress)
+                    progress: Progress | None = None, step_id: str | None = None) -> TrainResult:
+        """One GRPO step. A call repeated with the same `step_id` (a client retrying across a restart)
+        returns the step it already produced instead of training the groups again."""
+        entry = self.check_train(name, groups)
+        done = entry.trainer.completed(step_id) if step_id else None
+        if done is not None and entry.step is not None and done.step <= entry.step:
+            return done
+        return await self._train(name, lambda t, p: t.train(groups, config, progress=p, step_id=step_id), progress)
 
     async def train_sft(self, name: str, trajectories: list[Trajectory], config: SFTConfig,
-                        progress: Progress | None = None) -> TrainResult:
-        self.check_train(name, [TrajectoryGroup(trajectories)])
-        return await self._train(name, lambda t, p: t.train_sft(trajectories, config, progress=p), progress)
+                        progress: Progress | None = None, step_id: str | None = None) -> TrainResult:
+        entry = self.check_train(name, [TrajectoryGroup(trajectories)])
+        done = entry.trainer.completed(step_id) if step_id else None
+        if done is not None and entry.step is not None and done.step <= entry.step:
+            return done
+        return await self._train(name, lambda t, p: t.train_sft(trajectories, config, progress=p, step_id=step_id),
+                                 progress)
 
     async def get_step(self, name: str) -> int:
         entry = self.entry(name)

@@ -68,15 +68,22 @@ class Checkpoints:
             for p in self.rundir.checkpoints_dir.glob(".*.tmp"):
                 shutil.rmtree(p, ignore_errors=True)
 
-    def save(self, step: int, peft: Any, optimizer: torch.optim.Optimizer, *, base_model: str) -> Path:
-        """Write the adapter (PEFT format), the optimizer state and art_state.json, atomically."""
+    def save(self, step: int, peft: Any, optimizer: torch.optim.Optimizer, *, base_model: str,
+             step_id: str | None = None, record: dict[str, Any] | None = None) -> Path:
+        """Write the adapter (PEFT format), the optimizer state and art_state.json, atomically.
+
+        art_state.json holds the call's `step_id` (a retried call finds its step) and the step's history
+        `record`, so a process killed before it appended that record to history.jsonl loses nothing
+        (`repair_history` appends it on the next start).
+        """
         final = self.path(step)
         tmp = final.parent / f".{final.name}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         peft.save_pretrained(str(tmp))
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-        (tmp / "art_state.json").write_text(json.dumps({"step": step, "base_model": base_model}))
+        state = {"step": step, "base_model": base_model, "step_id": step_id, "record": record}
+        (tmp / "art_state.json").write_text(json.dumps(state, default=str))
         for f in tmp.iterdir():
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
@@ -84,6 +91,18 @@ class Checkpoints:
             shutil.rmtree(final)
         os.replace(tmp, final)
         return final
+
+    def state(self, step: int) -> dict[str, Any]:
+        path = self.path(step) / "art_state.json"
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    def repair_history(self) -> None:
+        """Append the newest checkpoint's history record if a killed process saved it but never wrote the row."""
+        latest = self.latest()
+        record = self.state(latest).get("record") if latest is not None else None
+        if record and not any(r.get("step") == latest and "kind" in r for r in self.rundir.read_history()):
+            logger.info("history.jsonl had no row for checkpoint %d: appended it from art_state.json", latest)
+            self.rundir.append_history(record)
 
     def load_optimizer(self, step: int, optimizer: torch.optim.Optimizer, device: str) -> None:
         """Restore the optimizer state saved with checkpoint `step`, when there is one."""
@@ -115,10 +134,19 @@ class Checkpoints:
     def pending_path(self) -> Path:
         return self.rundir.path / "train_pending.json"
 
-    def begin(self, step: int, kind: str, config: dict[str, Any], groups: list[Any]) -> None:
+    def begin(self, step: int, kind: str, config: dict[str, Any], groups: list[Any], step_id: str | None = None) -> None:
         """Record step `step` before it trains: its trajectories, then the journal entry."""
         self.rundir.write_trajectories("train", step, groups)
-        atomic_write_text(self.pending_path, json.dumps({"step": step, "kind": kind, "config": config}))
+        atomic_write_text(self.pending_path,
+                          json.dumps({"step": step, "kind": kind, "config": config, "step_id": step_id}))
+
+    def step_of(self, step_id: str) -> int | None:
+        """The checkpoint a call with `step_id` produced, if it was saved (art_state.json or history.jsonl)."""
+        for step in reversed(self.steps()):
+            if self.state(step).get("step_id") == step_id:
+                return step
+        return next((int(r["step"]) for r in reversed(self.rundir.read_history()) if r.get("step_id") == step_id
+                     and int(r["step"]) in self.steps()), None)
 
     def pending(self, current_step: int) -> dict[str, Any] | None:
         """The journal entry of an interrupted step after `current_step`, or None (a stale entry is removed)."""

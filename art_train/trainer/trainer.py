@@ -99,6 +99,7 @@ class Trainer:
         if config.gradient_checkpointing:
             base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.checkpoints.remove_partial()
+        self.checkpoints.repair_history()
         latest = self.checkpoints.latest()
         if latest is None:
             torch.manual_seed(config.seed)
@@ -147,13 +148,15 @@ class Trainer:
         """The folder of checkpoint `step` (default: the newest), in standard PEFT format."""
         return self.checkpoints.path(self.step if step is None else step)
 
-    def _save(self, step: int) -> Path:
-        return self.checkpoints.save(step, self.policy.peft, self.policy.optimizer, base_model=str(self.model.base_model))
+    def _save(self, step: int, step_id: str | None = None, record: dict[str, Any] | None = None) -> Path:
+        return self.checkpoints.save(step, self.policy.peft, self.policy.optimizer, base_model=str(self.model.base_model),
+                                     step_id=step_id, record=record)
 
     # ----- training -----
 
     def train(
-        self, groups: list[TrajectoryGroup], config: TrainConfig, progress: Progress | None = None
+        self, groups: list[TrajectoryGroup], config: TrainConfig, progress: Progress | None = None,
+        step_id: str | None = None,
     ) -> TrainResult:
         """One GRPO step on `groups` from the newest checkpoint; saves and returns the new step.
 
@@ -162,15 +165,40 @@ class Trainer:
         A step where no group is trainable still saves a checkpoint (same weights) and says why
         in ``metrics["skipped_groups"]``.
         """
-        self.resume_pending(progress)
-        return self._run_step("grpo", list(groups), config, progress)
+        done = self._already_trained(step_id, progress)
+        return done or self._run_step("grpo", list(groups), config, progress, step_id)
 
     def train_sft(
-        self, trajectories: list[Trajectory], config: SFTConfig, progress: Progress | None = None
+        self, trajectories: list[Trajectory], config: SFTConfig, progress: Progress | None = None,
+        step_id: str | None = None,
     ) -> TrainResult:
         """Supervised fine-tuning: cross-entropy on every assistant turn (sampled ids kept where present)."""
-        self.resume_pending(progress)
-        return self._run_step("sft", [TrajectoryGroup(list(trajectories))], config, progress)
+        done = self._already_trained(step_id, progress)
+        return done or self._run_step("sft", [TrajectoryGroup(list(trajectories))], config, progress, step_id)
+
+    def completed(self, step_id: str | None) -> TrainResult | None:
+        """The result of the call with `step_id` if its checkpoint exists (a retried call), else None."""
+        step = self.checkpoints.step_of(step_id) if step_id else None
+        if step is None:
+            return None
+        rows = [r for r in self.rundir.read_history() if r.get("step") == step and "kind" in r]
+        metrics = {k: v for k, v in (rows[-1] if rows else {}).items() if k not in ("step", "kind", "time", "step_id")}
+        return TrainResult(step=step, metrics={**metrics, "already_trained": True})
+
+    def _already_trained(self, step_id: str | None, progress: Progress | None) -> TrainResult | None:
+        """Finish an interrupted step; return the result if it (or a saved step) is the call `step_id` asks for.
+
+        A retried call (same `step_id`) never trains its groups twice: its step is either saved, or
+        journalled as pending and retrained here from the journal.
+        """
+        done = self.completed(step_id)
+        if done is not None:
+            return done
+        pending = self.checkpoints.pending(self.step)
+        resumed = self.resume_pending(progress)
+        if resumed is not None and step_id is not None and pending is not None and pending.get("step_id") == step_id:
+            return resumed
+        return None
 
     def pending_groups(self) -> list[TrajectoryGroup] | None:
         """The trajectory groups of a step that was interrupted before its checkpoint was saved, or None."""
@@ -186,26 +214,29 @@ class Trainer:
         groups = self.rundir.read_trajectories("train", pending["step"])
         logger.info("retraining interrupted step %d (%s) from its saved trajectories", pending["step"], kind)
         config = STEPS[kind][0].model_validate(pending["config"])
-        return self._run_step(kind, groups, config, progress)  # type: ignore[arg-type]
+        return self._run_step(kind, groups, config, progress, pending.get("step_id"))  # type: ignore[arg-type]
 
     def _run_step(
-        self, kind: str, groups: list[TrajectoryGroup], config: TrainConfig | SFTConfig, progress: Progress | None
+        self, kind: str, groups: list[TrajectoryGroup], config: TrainConfig | SFTConfig, progress: Progress | None,
+        step_id: str | None = None,
     ) -> TrainResult:
         progress = progress or _noop
         step = self.step + 1
         t0 = time.perf_counter()
-        self.checkpoints.begin(step, kind, config.model_dump(), groups)
+        self.checkpoints.begin(step, kind, config.model_dump(), groups, step_id)
         self.policy.set_hyperparameters(config)
         metrics = STEPS[kind][1](self.policy, groups, config, progress)
         t_save = time.perf_counter()
         progress({"phase": "save", "done": 0, "total": 1})
-        self._save(step)
+        metrics["time/step_s"] = t_save - t0  # up to the save: the record is saved with the checkpoint
+        record = {"step": step, "kind": kind, "time": time.time(), **({"step_id": step_id} if step_id else {}), **metrics}
+        self._save(step, step_id, record)
         self.step = step
         self.checkpoints.finish()
         progress({"phase": "save", "done": 1, "total": 1})
-        metrics["time/save_s"] = time.perf_counter() - t_save
-        metrics["time/step_s"] = time.perf_counter() - t0
-        self.rundir.append_history({"step": step, "kind": kind, "time": time.time(), **metrics})
+        metrics["time/save_s"] = record["time/save_s"] = time.perf_counter() - t_save
+        metrics["time/step_s"] = record["time/step_s"] = time.perf_counter() - t0
+        self.rundir.append_history(record)
         return TrainResult(step=step, metrics=metrics)
 
     # ----- the weight-sync probe -----
