@@ -431,7 +431,7 @@ class ModelService:
                 same = [f"checkpoint {a}'s" for a in alternatives.values() if trainer_fp[a] == engine_fp]
                 failures.append(f"the engine holds adapter weights {engine_fp} ({same[0] if same else 'no checkpoint'}) "
                                 f"under {adapter}, but checkpoint {step} is {trainer_fp[step]}")
-        told_apart = []
+        told_apart, moves = [], []
         for label, a in alternatives.items():
             e_alt, t_alt = aligned(a)
             d = discriminate(e_new, e_alt, t_new, t_alt)
@@ -439,8 +439,11 @@ class ModelService:
                         f"weight_sync/vs_{label}/moved": d.moved}
             told_apart.append(d.distinguishable)
             if d.stale:
+                moves.append((abs(d.s), a))
                 failures.append(f"on this step's trained tokens the engine moved {d.s:.2f} (+-{d.se:.2f}) of the way "
-                                f"from checkpoint {a} to {step}: it serves checkpoint {a}'s weights, not {step}'s")
+                                f"from checkpoint {a} to {step} (1 if it served {step}, 0 if it served {a})")
+        if moves and min(moves)[0] < 0.25:
+            failures.append(f"its logprobs match checkpoint {min(moves)[1]}'s weights, not {step}'s")
         metrics["weight_sync/distinguishable"] = float(bool(told_apart) and all(told_apart))
         if failures:
             entry.loaded.discard(step)

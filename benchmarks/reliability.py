@@ -8,6 +8,9 @@
          threads sampled after every step; growth after warm-up must stay under the stated bounds.
   cases  every bad-input row of tests/reliability/test_bad_input.py sent to the server: expected and
          observed status and message.
+  weight-sync  a step at lr 1e-5 whose engine is made to serve the previous checkpoint (or step 0)
+         under the new step's name, judged by the check before issue 19 (tolerance only, read from git
+         at OLD_CHECK_COMMIT) and by today's.
 
 Results go to benchmarks/results/reliability.json (each subcommand updates its own key).
 
@@ -15,6 +18,9 @@ Run (heavy jobs share the lock):
   flock /tmp/art-heavy.lock .venv/bin/python benchmarks/reliability.py load
   flock /tmp/art-heavy.lock .venv/bin/python benchmarks/reliability.py soak --minutes 30
   .venv/bin/python benchmarks/reliability.py cases
+  .venv/bin/python benchmarks/reliability.py weight-sync --model smollm2-135m --dtype float32   (and bfloat16)
+  flock /tmp/art-heavy.lock .venv/bin/python benchmarks/reliability.py weight-sync --engine vllm \
+      --vllm-python .venv-vllm/bin/python
 CI runs a short soak on the tiny model (tests/reliability/test_soak.py).
 """
 
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -176,7 +183,7 @@ def load(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # -- soak -------------------------------------------------------------------------------------
-def soak(args: argparse.Namespace, write: bool = True) -> dict[str, Any]:
+def soak(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as home:
         server = start(Path(home))
         samples: list[dict[str, Any]] = []
@@ -235,6 +242,85 @@ def cases(args: argparse.Namespace) -> dict[str, Any]:
             "passed": sum(r["pass"] for r in rows), "total": len(rows)}
 
 
+# -- the weight-sync check against a stale adapter ---------------------------------------------
+OLD_CHECK_COMMIT = "84c22a3"  # main just before issue 19: the tolerance-only check
+
+
+def _old_check() -> Any:
+    """`ModelService._load_and_verify` as it was at OLD_CHECK_COMMIT (read from git)."""
+    import subprocess
+    import textwrap
+
+    import art_train.service as service_mod
+
+    src = subprocess.run(["git", "show", f"{OLD_CHECK_COMMIT}:art_train/service.py"], capture_output=True, text=True,
+                         cwd=ROOT, check=True).stdout
+    body = src[src.index("    async def _load_and_verify("):src.index("    async def _train(")]
+    namespace = dict(vars(service_mod))
+    exec(textwrap.dedent(body), namespace)  # noqa: S102 - this repository's own code, from its history
+    return namespace["_load_and_verify"]
+
+
+async def _stale_run(args: argparse.Namespace, home: str, check: str) -> dict[str, Any]:
+    import art_core as art
+    from art_train import LocalBackend
+    from art_train.service import ModelService, WeightSyncError
+    from tests.reliability.test_weight_sync import LR, engine_loads, groups_for, without_identity
+
+    original = ModelService._load_and_verify
+    if check == "old":
+        ModelService._load_and_verify = _old_check()
+    kw = {"engine_dtype": args.dtype} if args.engine == "transformers" else {"vllm_python": args.vllm_python}
+    backend = LocalBackend(path=home, engine=args.engine, **kw)
+    model = art.TrainableModel(name="ws", project="rel", base_model=args.model, config=art.ModelConfig(max_seq_len=1024))
+    keep = lambda m: {k: v for k, v in m.items() if k.startswith("weight_sync")}  # noqa: E731
+    out: dict[str, Any] = {}
+    try:
+        await model.register(backend)
+        out["correct_step_1"] = keep((await model.train(await groups_for(model), config=LR, verbose=False)).metrics)
+        for label, step, source, probe_only in (("stale_step_2_serves_1", 2, 1, False),
+                                                ("stale_step_2_serves_1_probe_only", 2, 1, True),
+                                                ("stale_step_2_serves_0", 2, 0, False)):
+            if check == "old" and probe_only:
+                continue
+            ctx = without_identity(backend, "ws") if probe_only else contextlib.nullcontext()
+            with ctx, engine_loads(backend, "ws", step, source):
+                try:
+                    result = await model.train(await groups_for(model), config=LR, verbose=False)
+                    out[label] = {"verdict": "passed: the stale adapter was served", **keep(result.metrics)}
+                except WeightSyncError as exc:
+                    out[label] = {"verdict": "failed the step", "error": str(exc)}
+            entry = backend.service.entry("ws")  # put the run back at step 1 served, trainer at step 1
+            await backend._call(_rewind(entry, 1))
+    finally:
+        await backend.close()
+        ModelService._load_and_verify = original
+    return out
+
+
+async def _rewind(entry: Any, step: int) -> None:
+    """Delete checkpoints after `step` and rebuild the trainer there (so each fault starts from step 1)."""
+    from art_train.trainer import Trainer
+
+    for s in entry.rundir.checkpoint_steps():
+        if s > step:
+            entry.rundir.delete_checkpoint(s)
+            entry.loaded.discard(s)
+    entry.trainer = await asyncio.to_thread(Trainer, entry.model, entry.rundir, base_path=entry.trainer.base_path,
+                                            device=entry.trainer.device)
+    entry.step = step
+
+
+def weight_sync(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {"command": f".venv/bin/python benchmarks/reliability.py weight-sync --engine {args.engine} "
+                                      f"--dtype {args.dtype} --model {args.model}",
+                           "engine": args.engine, "dtype": args.dtype, "model": args.model, "learning_rate": 1e-5}
+    for check in ("old", "new"):
+        with tempfile.TemporaryDirectory() as home:
+            out[f"{check}_check"] = asyncio.run(_stale_run(args, home, check))
+    return out
+
+
 def machine() -> dict[str, Any]:
     return {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
 
@@ -259,15 +345,23 @@ def main(argv: list[str] | None = None) -> int:
     so.add_argument("--rollouts", type=int, default=8)
     so.add_argument("--max-tokens", type=int, default=16)
     sub.add_parser("cases")
+    ws = sub.add_parser("weight-sync", help="a step at lr 1e-5 whose engine serves an older checkpoint: old vs new check")
+    ws.add_argument("--engine", choices=["transformers", "vllm"], default="transformers")
+    ws.add_argument("--dtype", default="float32")
+    ws.add_argument("--model", default="smollm2-135m")
+    ws.add_argument("--vllm-python", default=os.environ.get("ART_VLLM_PYTHON"))
     parser.add_argument("--no-save", action="store_true", help="print the result, leave the JSON as it is")
     args = parser.parse_args(argv)
-    result = {"load": load, "soak": soak, "cases": cases}[args.command](args)
+    result = {"load": load, "soak": soak, "cases": cases, "weight-sync": weight_sync}[args.command](args)
     print(json.dumps(result, indent=2))
+    key = f"weight_sync/{args.engine}/{args.dtype}" if args.command == "weight-sync" else args.command
     if not args.no_save:
-        save(args.command, result)
+        save(key, result)
     ok = {"load": lambda r: r["plain"]["errors"] == 0 and r["with_training_step"]["errors"] == 0 and r["server_alive_after"]
           and r["with_training_step"]["served_steps"].get(str(r["with_training_step"]["new_step"]), 0) >= r["plain"]["requests"] // 2,
-          "soak": lambda r: r["within_bounds"], "cases": lambda r: r["passed"] == r["total"]}[args.command](result)
+          "soak": lambda r: r["within_bounds"], "cases": lambda r: r["passed"] == r["total"],
+          "weight-sync": lambda r: all(v["verdict"] == "failed the step" or v.get("weight_sync/distinguishable") == 0.0
+                                       for k, v in r["new_check"].items() if k.startswith("stale"))}[args.command](result)
     return 0 if ok else 1
 
 
