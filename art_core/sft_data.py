@@ -78,7 +78,9 @@ def _problem(record: Any) -> str | None:
         if m["role"] == "tool":
             call_id = m.get("tool_call_id")
             if call_id not in open_calls:
-                return f"messages[{i}] is a tool result for {call_id!r}, which no earlier assistant turn called"
+                return (
+                    f"messages[{i}] is a tool result for {call_id!r}, which no earlier assistant turn called"
+                )
             open_calls.discard(call_id)
         if m["role"] != "assistant":
             continue
@@ -147,7 +149,9 @@ def load_sft_jsonl(path: str | Path, *, mask: Mask = "all") -> list[Trajectory]:
             try:
                 record = json.loads(line)
             except ValueError as exc:
-                raise SFTDataError(f"{where}: not valid JSON ({exc}); write one JSON object per line") from None
+                raise SFTDataError(
+                    f"{where}: not valid JSON ({exc}); write one JSON object per line"
+                ) from None
             validate_sft_record(record, where=where)
             metadata = {**(record.get("metadata") or {}), "source": where}
             out.append(Trajectory(messages=mask_turns(record["messages"], mask), tools=record.get("tools"),

@@ -63,10 +63,18 @@ COMPANIES = (
 )
 VENDORS = (
     ("Papercraft Supplies", "papercraft.example", ("printer paper", "standing desks", "whiteboard markers")),
-    ("Voltline Electronics", "voltline.example", ("USB-C docks", "27-inch monitors", "noise-cancelling headsets")),
+    (
+        "Voltline Electronics",
+        "voltline.example",
+        ("USB-C docks", "27-inch monitors", "noise-cancelling headsets"),
+    ),
     ("Greenleaf Catering", "greenleaf.example", ("lunch platters", "breakfast boxes", "coffee urns")),
     ("Ironclad Furniture", "ironclad.example", ("ergonomic chairs", "conference tables", "filing cabinets")),
-    ("Brightpath Software", "brightpath.example", ("design tool licences", "CI runner packs", "log storage plans")),
+    (
+        "Brightpath Software",
+        "brightpath.example",
+        ("design tool licences", "CI runner packs", "log storage plans"),
+    ),
 )
 PROJECTS = (
     "Aurora Basalt Cobalt Dynamo Everest Falcon Granite Helix Indigo Juniper Kestrel Lumen Meridian Nimbus "
@@ -205,13 +213,17 @@ class _Builder:
     def mail(self, thread: str, when: dt.datetime, sender: Person, to: Iterable[Person], subject: str, body: str,
              cc: Iterable[Person] = (), attachments: Iterable[str] = ()) -> str:  # fmt: skip
         key = f"d{len(self.drafts)}"
-        self.drafts.append(_Draft(key, thread, when, sender, tuple(to), subject, body, tuple(cc), tuple(attachments)))
+        self.drafts.append(
+            _Draft(key, thread, when, sender, tuple(to), subject, body, tuple(cc), tuple(attachments))
+        )
         return key
 
     def ask(self, question: str, answer: str, kind: AnswerKind, sources: Iterable[str], *,
             distractors: Iterable[str] = (), plan: Iterable[Iterable[str]] = ()) -> None:  # fmt: skip
         self.questions.append(
-            _QuestionDraft(question, answer, kind, tuple(sources), tuple(distractors), tuple(tuple(p) for p in plan))
+            _QuestionDraft(
+                question, answer, kind, tuple(sources), tuple(distractors), tuple(tuple(p) for p in plan)
+            )
         )
 
     def someone(self, *exclude: Person) -> Person:
@@ -393,10 +405,19 @@ class _Builder:
 
     def _notice(self) -> None:
         texts = [
-            ("Your password expires soon", "Your password expires in 5 days. Change it from the account portal."),
+            (
+                "Your password expires soon",
+                "Your password expires in 5 days. Change it from the account portal.",
+            ),
             ("Scheduled maintenance this weekend", "The build servers will be offline on Saturday morning."),
-            ("New login from a browser", "We noticed a new sign-in to your account. If this was you, ignore this."),
-            ("Your expense report was submitted", "We received your report and will review it within a week."),
+            (
+                "New login from a browser",
+                "We noticed a new sign-in to your account. If this was you, ignore this.",
+            ),
+            (
+                "Your expense report was submitted",
+                "We received your report and will review it within a week.",
+            ),
         ]
         subject, body = self.rng.choice(texts)
         self.mail(f"notice-{len(self.drafts)}", self.day(), Person("IT Service Desk", f"it@{self.domain}"),
@@ -410,7 +431,15 @@ class _Builder:
                   f"Thought you'd find {topic} useful. No action needed.{self.sign(a)}")  # fmt: skip
 
 
-SCENARIOS = {"meeting": 3, "attachment": 2, "order": 3, "expenses": 2, "flight": 2, "deadline": 2, "handover": 2}
+SCENARIOS = {
+    "meeting": 3,
+    "attachment": 2,
+    "order": 3,
+    "expenses": 2,
+    "flight": 2,
+    "deadline": 2,
+    "handover": 2,
+}
 
 
 def generate_inbox(seed: int, *, noise: int = 230) -> Inbox:
@@ -422,7 +451,9 @@ def generate_inbox(seed: int, *, noise: int = 230) -> Inbox:
     """
     rng = random.Random(seed)
     company, domain = rng.choice(COMPANIES)
-    names = [f"{f} {l}" for f, l in zip(rng.sample(FIRST, 14), rng.sample(LAST, 14), strict=True)]
+    names = [
+        f"{first} {last}" for first, last in zip(rng.sample(FIRST, 14), rng.sample(LAST, 14), strict=True)
+    ]
     people = [Person(n, f"{n.split()[0].lower()}.{n.split()[1].lower()}@{domain}") for n in names]
     b = _Builder(rng, people[0], company, domain, people[1:])
     for name, count in SCENARIOS.items():
@@ -440,8 +471,16 @@ def generate_inbox(seed: int, *, noise: int = 230) -> Inbox:
         emails.append(Email(eid, d.thread, d.when.isoformat(timespec="minutes"), d.sender, d.to, d.subject,
                             d.body, d.cc, d.attachments))  # fmt: skip
     questions = [
-        Question(f"{inbox_id}-q{i:02d}", inbox_id, q.question, q.answer, q.kind,
-                 tuple(ids[k] for k in q.source_keys), q.distractors, q.plan)  # fmt: skip
+        Question(
+            f"{inbox_id}-q{i:02d}",
+            inbox_id,
+            q.question,
+            q.answer,
+            q.kind,
+            tuple(ids[k] for k in q.source_keys),
+            q.distractors,
+            q.plan,
+        )  # fmt: skip
         for i, q in enumerate(b.questions)
     ]
     return Inbox(inbox_id, seed, b.owner, emails, questions)

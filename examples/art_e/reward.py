@@ -34,7 +34,9 @@ Grade = Literal["correct", "wrong", "none"]
 CORRECT, NONE, WRONG, FORMAT_ERROR = 1.0, 0.0, -1.0, -2.0
 PARTIAL = 0.1
 MAX_ANSWER_CHARS = 200  # a longer "answer" is a dump of the inbox, not an answer
-NO_ANSWER = re.compile(r"\b(i\s*don'?t\s*know|unknown|not\s+(?:found|sure|mentioned)|cannot\s+find|no\s+information)\b")
+NO_ANSWER = re.compile(
+    r"\b(i\s*don'?t\s*know|unknown|not\s+(?:found|sure|mentioned)|cannot\s+find|no\s+information)\b"
+)
 MONTHS = {m.lower(): i for i, m in enumerate(
     "January February March April May June July August September October November December".split(), 1)}  # fmt: skip
 MONTH_WORD = r"(jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
@@ -61,8 +63,13 @@ def dates_in(text: str) -> set[tuple[int, int]]:
     """(month, day) pairs written in the text: 2025-03-14, March 14, 14 March, Mar 14th, 3/14."""
     t = text.lower()
     found = {(int(m), int(d)) for m, d in re.findall(r"\b\d{4}-(\d{1,2})-(\d{1,2})\b", t)}
-    found |= {(_month(m), int(d)) for m, d in re.findall(MONTH_WORD + r"\.?\s+(\d{1,2})(?:st|nd|rd|th)?\b", t)}
-    found |= {(_month(m), int(d)) for d, m in re.findall(r"\b(\d{1,2})(?:st|nd|rd|th)?\s+(?:of\s+)?" + MONTH_WORD, t)}
+    found |= {
+        (_month(m), int(d)) for m, d in re.findall(MONTH_WORD + r"\.?\s+(\d{1,2})(?:st|nd|rd|th)?\b", t)
+    }
+    found |= {
+        (_month(m), int(d))
+        for d, m in re.findall(r"\b(\d{1,2})(?:st|nd|rd|th)?\s+(?:of\s+)?" + MONTH_WORD, t)
+    }
     found |= {(int(m), int(d)) for m, d in re.findall(r"(?<![\d-])(\d{1,2})/(\d{1,2})(?![\d-])", t)}
     return {(m, d) for m, d in found if 1 <= m <= 12 and 1 <= d <= 31}
 

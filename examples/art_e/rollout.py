@@ -39,7 +39,7 @@ SYSTEM_PROMPT = (
     "Search with search_emails using two or three distinctive keywords, read the emails that look relevant "
     "with read_email, then call return_final_answer with a short answer and the ids of the emails you used. "
     "Give only the value: a date as YYYY-MM-DD, an amount as a number, a name, a file name or a code. "
-    "If the inbox does not say, answer \"I don't know\". Call exactly one tool per turn."
+    'If the inbox does not say, answer "I don\'t know". Call exactly one tool per turn.'
 )
 
 
@@ -49,7 +49,9 @@ def system_prompt(owner: str) -> str:
 
 def server_params(db: str | Path, inbox_id: str) -> StdioServerParameters:
     """Spawn parameters for the server over one inbox (run by path: it imports only mcp)."""
-    return StdioServerParameters(command=sys.executable, args=[str(SERVER), "--db", str(db), "--inbox", inbox_id])
+    return StdioServerParameters(
+        command=sys.executable, args=[str(SERVER), "--db", str(db), "--inbox", inbox_id]
+    )
 
 
 class InboxServers:
@@ -61,10 +63,14 @@ class InboxServers:
                 traj = await rollout(model, session, question, owner)
     """
 
-    def __init__(self, db: str | Path, *, isolation: art_mcp.Isolation = "shared", max_processes: int = 4) -> None:
+    def __init__(
+        self, db: str | Path, *, isolation: art_mcp.Isolation = "shared", max_processes: int = 4
+    ) -> None:
         self.db = Path(db)
         if not self.db.exists():
-            raise FileNotFoundError(f"no inbox database at {self.db}; write one with examples.art_e.inbox.write_db")
+            raise FileNotFoundError(
+                f"no inbox database at {self.db}; write one with examples.art_e.inbox.write_db"
+            )
         self.isolation = isolation
         self.max_processes = max_processes
         self.pools: dict[str, art_mcp.ServerPool] = {}

@@ -107,7 +107,7 @@ def search_emails(
     lines = [f"{len(rows)} email{'s' if len(rows) > 1 else ''} found (read one with read_email):"]
     for r in rows:
         snippet = " ".join(r[5].split())
-        lines.append(f"[{r[0]}] {r[1][:10]} from {r[2]}: \"{r[4]}\" - {snippet}")
+        lines.append(f'[{r[0]}] {r[1][:10]} from {r[2]}: "{r[4]}" - {snippet}')
     return "\n".join(lines)
 
 
@@ -140,21 +140,27 @@ def return_final_answer(answer: str, sources: list[str]) -> str:
         known = {r[0] for r in _sql(f"SELECT id FROM emails WHERE inbox_id = ? AND id IN ({marks})",
                                     (_state["inbox"], *ids))}  # fmt: skip
         if unknown := [i for i in ids if i not in known]:
-            raise ToolError(f"unknown email ids in sources: {', '.join(unknown)}; cite ids that search_emails returned")
+            raise ToolError(
+                f"unknown email ids in sources: {', '.join(unknown)}; cite ids that search_emails returned"
+            )
     return "Answer recorded."
 
 
 def main(argv: list[str] | None = None) -> None:
     """Serve one inbox over stdio, or streamable HTTP on 127.0.0.1 with ``--http PORT``."""
     parser = argparse.ArgumentParser(description=server.instructions)
-    parser.add_argument("--db", required=True, help="an inbox database written by examples.art_e.inbox.write_db")
+    parser.add_argument(
+        "--db", required=True, help="an inbox database written by examples.art_e.inbox.write_db"
+    )
     parser.add_argument("--inbox", required=True, help="the inbox id to serve, e.g. inbox-1000")
     parser.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP on 127.0.0.1:PORT")
     args = parser.parse_args(argv)
     try:
         open_inbox(args.db, args.inbox)
     except sqlite3.Error as exc:
-        sys.exit(f"cannot open the inbox database {args.db}: {exc}; write it with examples.art_e.inbox.write_db")
+        sys.exit(
+            f"cannot open the inbox database {args.db}: {exc}; write it with examples.art_e.inbox.write_db"
+        )
     if args.http is None:
         server.run("stdio")
     else:

@@ -40,7 +40,11 @@ class TeacherError(RuntimeError):
 
 
 def _call(n: int, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    call = {"id": f"call_{n}", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+    call = {
+        "id": f"call_{n}",
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(arguments)},
+    }
     return {"role": "assistant", "content": "", "tool_calls": [call]}
 
 
@@ -75,7 +79,9 @@ async def teach(session: art_mcp.McpSession, question: Question, owner: str) -> 
     out.answer, out.sources = question.answer, list(question.sources)
     reward, parts = score(out, question, max_turns=MAX_TURNS)
     if parts["correct"] != 1.0:
-        raise TeacherError(f"{question.id}: the teacher's answer {question.answer!r} does not grade as correct")
+        raise TeacherError(
+            f"{question.id}: the teacher's answer {question.answer!r} does not grade as correct"
+        )
     return {
         "messages": messages,
         "tools": session.openai_tools(),

@@ -9,7 +9,9 @@ import pytest
 
 import art_core as art
 
-TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}}}]
+TOOLS = [
+    {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}}}
+]
 
 
 def call(name="lookup", arguments='{"q": "x"}', id="c1"):
@@ -47,7 +49,13 @@ def test_loads_good_records_with_their_source(tmp_path):
 def test_mask_last_leaves_only_the_final_assistant_turn_as_a_target(tmp_path):
     data = art.load_sft_jsonl(write(tmp_path, [good()]), mask="last")
     weights = [(m["role"], m.get("weight")) for m in data[0].turns]
-    assert weights == [("system", None), ("user", None), ("assistant", 0), ("tool", None), ("assistant", None)]
+    assert weights == [
+        ("system", None),
+        ("user", None),
+        ("assistant", 0),
+        ("tool", None),
+        ("assistant", None),
+    ]
     with pytest.raises(ValueError, match="'all' or 'last'"):
         art.mask_turns(good()["messages"], "first")
 
@@ -116,4 +124,6 @@ def test_iterate_sft_batches_epochs_schedule_and_resume():
     resumed = list(art.iterate_sft(data, batch_size=2, num_epochs=2, peak_lr=1.0, schedule="linear", seed=3,
                                    initial_step=4))  # fmt: skip
     assert [b.step for b in resumed] == [4, 5]
-    assert [t.id for b in resumed for t in b.trajectories] == [t.id for b in batches[4:] for t in b.trajectories]
+    assert [t.id for b in resumed for t in b.trajectories] == [
+        t.id for b in batches[4:] for t in b.trajectories
+    ]

@@ -35,7 +35,9 @@ def test_inbox_looks_like_an_inbox():
     assert sum(n >= 3 for n in threads.values()) >= 3  # real threads with replies
     assert len({e.sender.address for e in inbox.emails}) >= 10
     with_files = [e for e in inbox.emails if e.attachments]
-    assert with_files and all(name in e.body for e in with_files for name in e.attachments)  # named in the text
+    assert with_files and all(
+        name in e.body for e in with_files for name in e.attachments
+    )  # named in the text
 
 
 def test_answers_are_derivable_from_their_sources(splits):
@@ -70,7 +72,9 @@ def test_facts_are_spread_over_several_messages(splits):
     # the email with the new seat never names the city: only the booking code links the two
     assert city in first.body and city not in change.text() and mentions(change.body, seat.answer, "text")
     meeting = next(q for q in inbox.questions if q.question.startswith("What date"))
-    assert meeting.distractors and mentions(inbox.email(meeting.sources[0]).body, meeting.distractors[0], "date")
+    assert meeting.distractors and mentions(
+        inbox.email(meeting.sources[0]).body, meeting.distractors[0], "date"
+    )
 
 
 def test_splits_share_no_inbox_and_no_question(splits):

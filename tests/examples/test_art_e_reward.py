@@ -53,7 +53,9 @@ def test_reward_ordering_holds_at_the_edges():
     out_of_turns = reward(DATE_Q, answer=None, found={"a"}, turns=8)
     best_wrong = reward(DATE_Q, answer="March 14", sources=["a"], found={"a"}, read={"a"}, turns=3)
     worst_wrong = reward(DATE_Q, answer="March 14", turns=3)
-    fmt = reward(DATE_Q, answer="2025-03-17", format_error="a reply without a tool call", found={"a"}, read={"a"})
+    fmt = reward(
+        DATE_Q, answer="2025-03-17", format_error="a reply without a tool call", found={"a"}, read={"a"}
+    )
     assert best_correct > worst_correct >= 1.0
     assert worst_correct > best_none >= out_of_turns > best_wrong >= worst_wrong > fmt == FORMAT_ERROR
     assert best_none == pytest.approx(0.2) and best_wrong == pytest.approx(-0.8)

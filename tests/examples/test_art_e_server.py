@@ -84,7 +84,9 @@ async def test_teacher_reaches_every_known_answer_through_the_server(db, inboxes
         art.validate_sft_record(record)
         assert record["metadata"]["reward"] >= 1.0
         last = record["messages"][-1]
-        assert last["role"] == "assistant" and last["tool_calls"][0]["function"]["name"] == "return_final_answer"
+        assert (
+            last["role"] == "assistant" and last["tool_calls"][0]["function"]["name"] == "return_final_answer"
+        )
 
 
 def replay(record):
@@ -108,7 +110,10 @@ async def test_rollout_scores_a_teacher_like_agent_and_records_its_tool_calls(db
             traj = await rollout(model, session, q, inbox.owner.name)
     assert traj.reward == pytest.approx(record["metadata"]["reward"]) and traj.metrics["correct"] == 1.0
     assert traj.metadata["answer"] == q.answer and traj.metadata["sources"] == list(q.sources)
-    assert [m["role"] for m in traj.messages()] == [m["role"] for m in record["messages"]][:-1] + ["assistant", "tool"]
+    assert [m["role"] for m in traj.messages()] == [m["role"] for m in record["messages"]][:-1] + [
+        "assistant",
+        "tool",
+    ]
     assert len(traj.metadata["mcp_calls"]) == len(q.plan) + len(q.sources) + 1
 
 
@@ -128,7 +133,9 @@ async def test_format_errors_end_the_rollout_with_the_lowest_reward(db, inboxes)
                 model = art.Model(name="m", inference_base_url=fake.url, inference_api_key="x")
                 traj = await rollout(model, session, inbox.questions[0], inbox.owner.name)
             assert len(fake.requests) == 1, reply
-            assert traj.reward == -2.0 and traj.metrics["format_error"] == 1.0 and traj.metadata["format_error"]
+            assert (
+                traj.reward == -2.0 and traj.metrics["format_error"] == 1.0 and traj.metadata["format_error"]
+            )
 
 
 async def test_wrong_answer_after_reading_the_source_gets_partial_credit(db, inboxes):
@@ -137,7 +144,11 @@ async def test_wrong_answer_after_reading_the_source_gets_partial_credit(db, inb
     script = [
         {"tool_calls": [{"name": "search_emails", "arguments": {"keywords": list(q.plan[0])}}]},
         {"tool_calls": [{"name": "read_email", "arguments": json.dumps({"message_id": q.sources[0]})}]},
-        {"tool_calls": [{"name": "return_final_answer", "arguments": {"answer": q.distractors[0], "sources": []}}]},
+        {
+            "tool_calls": [
+                {"name": "return_final_answer", "arguments": {"answer": q.distractors[0], "sources": []}}
+            ]
+        },
     ]
     async with InboxServers(db, isolation="per_rollout") as servers, servers.session(inbox.id) as session:
         with ScriptedOpenAI(script) as fake:
