@@ -261,7 +261,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--output", help="run folder (default: a new temporary folder)")
     p.add_argument("--judge", help="score RL groups with RULER using this litellm model (e.g. openai/NAME)")
     p.add_argument("--judge-api-base", help="the judge's OpenAI-compatible base URL")
-    for name, f in Config.__dataclass_fields__.items():  # every setting can be overridden: --rl-steps 3
+    for name in Config.__dataclass_fields__:  # every setting can be overridden: --rl-steps 3
         p.add_argument(f"--{name.replace('_', '-')}", type=type(getattr(CONFIGS["cpu"], name)), default=None)
     return p.parse_args(argv)
 
