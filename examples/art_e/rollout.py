@@ -29,7 +29,15 @@ import art_mcp
 from .inbox import Inbox, Question
 from .reward import Outcome, score
 
-__all__ = ["FINAL_ANSWER", "SYSTEM_PROMPT", "InboxServers", "rollout", "server_params", "system_prompt"]
+__all__ = [
+    "FINAL_ANSWER",
+    "SYSTEM_PROMPT",
+    "InboxServers",
+    "compact_tools",
+    "rollout",
+    "server_params",
+    "system_prompt",
+]
 
 FINAL_ANSWER = "return_final_answer"
 SERVER = Path(__file__).with_name("server.py")
@@ -41,6 +49,34 @@ SYSTEM_PROMPT = (
     "Give only the value: a date as YYYY-MM-DD, an amount as a number, a name, a file name or a code. "
     'If the inbox does not say, answer "I don\'t know". Call exactly one tool per turn.'
 )
+
+
+def compact_schema(schema: Any) -> Any:
+    """A JSON schema without what a model does not need: titles, `null` options, extra whitespace."""
+    if isinstance(schema, list):
+        return [compact_schema(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: compact_schema(v) for k, v in schema.items() if k != "title"}
+    if "anyOf" in out:
+        options = [o for o in out["anyOf"] if o != {"type": "null"}]
+        if len(options) == 1:
+            out.pop("anyOf")
+            out.update(options[0])
+    if out.get("default", 0) is None:
+        out.pop("default")
+    return out
+
+
+def compact_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """OpenAI tool specs as short as they can be (they are in every prompt: 700 tokens -> about 300)."""
+    out = []
+    for tool in tools:
+        fn = dict(tool["function"])
+        fn["description"] = " ".join((fn.get("description") or "").split())
+        fn["parameters"] = compact_schema(fn.get("parameters", {}))
+        out.append({"type": "function", "function": fn})
+    return out
 
 
 def system_prompt(owner: str) -> str:
@@ -114,7 +150,7 @@ async def rollout(
     `owner` is the inbox owner's name (the system prompt says whose inbox it is). Metrics carry the
     reward's parts (``correct``, ``format_error``, ``found_source``...); metadata the answer and sources.
     """
-    tools = session.openai_tools()
+    tools = compact_tools(session.openai_tools())
     names = {t["function"]["name"] for t in tools}
     trajectory = art.Trajectory(
         messages=[

@@ -73,11 +73,11 @@ def search_emails(
     before: str | None = None,
     max_results: int = 10,
 ) -> str:
-    """Find emails containing all the keywords (subject, body, sender name, attachment names).
+    """Find emails containing all the keywords (in subject, body, sender or attachment names).
 
-    Optional filters: `from_addr` / `to_addr` (part of a name or address), `after` (sent on or after
-    YYYY-MM-DD) and `before` (sent before YYYY-MM-DD). Returns up to `max_results` matches, best
-    first, one line each: [id] date, sender, subject and a snippet; read one with `read_email`.
+    Filters: from_addr / to_addr (part of a name or address), after (on or after YYYY-MM-DD),
+    before (before YYYY-MM-DD). Lists up to max_results matches, best first: [id] date, sender,
+    subject, snippet.
     """
     if not 1 <= max_results <= MAX_RESULTS:
         raise ToolError(f"max_results must be between 1 and {MAX_RESULTS}, got {max_results}")

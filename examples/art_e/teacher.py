@@ -27,7 +27,7 @@ import art_mcp
 
 from .inbox import Inbox, Question, dataset, write_db
 from .reward import Outcome, score
-from .rollout import EMAIL_ID, FINAL_ANSWER, InboxServers, system_prompt
+from .rollout import EMAIL_ID, FINAL_ANSWER, InboxServers, compact_tools, system_prompt
 
 __all__ = ["TeacherError", "teach", "teach_inboxes"]
 
@@ -84,7 +84,7 @@ async def teach(session: art_mcp.McpSession, question: Question, owner: str) -> 
         )
     return {
         "messages": messages,
-        "tools": session.openai_tools(),
+        "tools": compact_tools(session.openai_tools()),  # what the agent is shown (rollout.py)
         "metadata": {"question_id": question.id, "inbox_id": question.inbox_id, "reward": reward},
     }
 

@@ -40,18 +40,18 @@ class Config:
     base_model: str
     train_inboxes: int = 8
     heldout_inboxes: int = 4
-    eval_questions: int = 48  # held-out questions per evaluation (the first n, fixed across stages)
-    sft_examples: int = 96  # teacher trajectories used (0 skips SFT)
+    eval_questions: int = 40  # held-out questions per evaluation (the first n, fixed across stages)
+    sft_examples: int = 48  # teacher trajectories used (0 skips SFT)
     sft_epochs: int = 2
     sft_batch: int = 8
-    sft_lr: float = 2e-4
+    sft_lr: float = 3e-4
     sft_mask: str = "all"  # "last": only the final assistant turn is a target (needs trainer support)
-    rl_steps: int = 6  # 0 skips RL
+    rl_steps: int = 4  # 0 skips RL
     questions_per_step: int = 4
     group_size: int = 4
-    rl_lr: float = 2e-5
+    rl_lr: float = 1e-4
     max_turns: int = 6
-    max_tokens: int = 96
+    max_tokens: int = 80
     max_seq_len: int = 2048
     lora_rank: int = 8
 
@@ -126,7 +126,7 @@ class Agent:
 
     async def evaluate(self, questions: list[Question], label: str) -> Any:
         result = await art.evaluate(self.model, self.accuracy_rollout, questions, task_id=lambda q: q.id,
-                                    max_concurrency=4, max_exceptions=0.1, show_progress=False)  # fmt: skip
+                                    max_concurrency=8, max_exceptions=0.1, show_progress=False)  # fmt: skip
         mean_reward = sum(t.metrics["art_e_reward"] for g in result.groups for t in g.trajectories) / max(
             1, sum(len(g.trajectories) for g in result.groups)
         )
