@@ -18,8 +18,10 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from art_core import Model, Registration, SFTConfig, TrainableModel, TrainConfig, Trajectory, TrajectoryGroup
+from art_core.backend import DEFAULT_BEST_METRIC
 
 from .engines.base import ChatRequest, EngineError, SamplingParams
+from .prometheus import install_metrics
 from .service import ModelService, ServiceError
 
 __all__ = ["ChatCompletionBody", "create_app"]
@@ -88,6 +90,7 @@ class _LogBody(BaseModel):
 
 class _DeleteBody(BaseModel):
     steps: list[int] | None = None
+    best_checkpoint_metric: str | None = DEFAULT_BEST_METRIC
 
 
 def _error(status: int, message: str, type: str, code: str | None = None) -> JSONResponse:
@@ -107,6 +110,8 @@ def create_app(service: ModelService, *, api_key: str | None = None) -> FastAPI:
                 return _error(401, "missing or wrong API key: send 'Authorization: Bearer <key>'",
                               "authentication_error", "invalid_api_key")
         return await call_next(request)
+
+    metrics = install_metrics(app, service)  # GET /metrics (Prometheus); counts every request, 401s too
 
     @app.exception_handler(ServiceError)
     async def service_error(_: Request, exc: ServiceError) -> JSONResponse:
@@ -148,12 +153,17 @@ def create_app(service: ModelService, *, api_key: str | None = None) -> FastAPI:
         body: ChatCompletionBody = _parse(ChatCompletionBody, await _json(request))
         chat_request = body.to_request()
         if not body.stream:  # a plain dict of JSON types: json.dumps it, skip FastAPI's 10x slower encoder
-            return JSONResponse(await service.chat(body.model, chat_request))
+            answer = await service.chat(body.model, chat_request)
+            if metrics is not None:
+                metrics.completion(body.model, answer)
+            return JSONResponse(answer)
         chunks = await service.chat_stream(body.model, chat_request)
 
         async def sse() -> AsyncIterator[bytes]:
             try:
                 async for chunk in chunks:
+                    if metrics is not None:
+                        metrics.stream_chunk(body.model, chunk)
                     yield f"data: {json.dumps(chunk)}\n\n".encode()
             except (EngineError, ServiceError) as exc:
                 err = {"error": {"message": str(exc), "type": exc.type}}
@@ -207,13 +217,13 @@ def create_app(service: ModelService, *, api_key: str | None = None) -> FastAPI:
     @app.post("/art/v1/models/{name}/train")
     async def train(name: str, request: Request) -> StreamingResponse:
         body: _TrainBody = _parse(_TrainBody, await _json(request))
-        service._trainable(name)  # unknown model: a 404 before the stream starts
+        service.check_trainable(name)  # unknown model: a 404 before the stream starts
         return _stream_training(lambda p: service.train(name, body.groups, body.config, p))
 
     @app.post("/art/v1/models/{name}/train_sft")
     async def train_sft(name: str, request: Request) -> StreamingResponse:
         body: _SFTBody = _parse(_SFTBody, await _json(request))
-        service._trainable(name)
+        service.check_trainable(name)
         return _stream_training(lambda p: service.train_sft(name, body.trajectories, body.config, p))
 
     @app.post("/art/v1/models/{name}/log")
@@ -228,7 +238,7 @@ def create_app(service: ModelService, *, api_key: str | None = None) -> FastAPI:
     @app.post("/art/v1/models/{name}/checkpoints/delete")
     async def delete(name: str, request: Request) -> dict[str, list[int]]:
         body: _DeleteBody = _parse(_DeleteBody, await _json(request))
-        return {"deleted": await service.delete_checkpoints(name, body.steps)}
+        return {"deleted": await service.delete_checkpoints(name, body.steps, body.best_checkpoint_metric)}
 
     return app
 
