@@ -229,7 +229,12 @@ class TransformersEngine:
             raise EngineError(
                 f"the prompt is {len(prompt)} tokens, at or over the model's limit of {self.max_seq_len}; "
                 "shorten the conversation or raise ModelConfig.max_seq_len", status=400, type="invalid_request_error")
-        if params.max_tokens is None or params.max_tokens > room:
+        if params.max_tokens is not None and params.max_tokens >= self.max_seq_len:  # could never fit any prompt
+            raise EngineError(
+                f"max_tokens={params.max_tokens} is at or over the model's limit of {self.max_seq_len} tokens, prompt "
+                f"included; ask for at most {room} tokens (or leave max_tokens unset), or raise ModelConfig.max_seq_len",
+                status=400, type="invalid_request_error")
+        if params.max_tokens is None or params.max_tokens > room:  # a long conversation: stop at the limit
             params = SamplingParams(**{**params.__dict__, "max_tokens": room})
         seqs = []
         for i in range(params.n):
