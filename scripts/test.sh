@@ -12,5 +12,6 @@ if [ "${ART_SKIP_VLLM:-0}" != "1" ] && [ -f scripts/setup_vllm.sh ]; then
   export ART_VLLM_PYTHON="$PWD/.venv-vllm/bin/python"
   export ART_REQUIRE_VLLM="${ART_REQUIRE_VLLM:-1}"
 fi
+export ART_REQUIRE_BUNDLED="${ART_REQUIRE_BUNDLED:-1}"  # setup.sh installed .[models]: the bundled-model tests must run
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 LITELLM_LOCAL_MODEL_COST_MAP=True TOKENIZERS_PARALLELISM=false
 exec .venv/bin/python -m pytest -q -p no:cacheprovider --timeout=900 "$@"
