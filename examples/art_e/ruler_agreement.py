@@ -161,6 +161,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             await backend.close()
     out.update(judge=label, seed=args.seed, wall_s=time.perf_counter() - t0, variants=list(VARIANTS))
     (run / "ruler_agreement.json").write_text(json.dumps(out, indent=2))
+    if args.record:
+        from .train import record
+
+        record(
+            Path(args.record),
+            "art_e_ruler",
+            {**out, "config": args.judge.replace("/", "_"), "seed": args.seed},
+        )
     print(json.dumps({k: v for k, v in out.items() if k != "taus"}, indent=2))  # noqa: T201 - the report
     return out
 
@@ -176,6 +184,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--inboxes", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output", help="run folder (default: a new temporary folder)")
+    p.add_argument("--record", help="add the figures to this JSON file (benchmarks/results/examples.json)")
     return p.parse_args(argv)
 
 
