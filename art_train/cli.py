@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
-import logging
 import os
 import sys
 from typing import Any
@@ -30,6 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="art", description="ART, the Agent Reinforcement Trainer")
     parser.add_argument("--version", action="version", version=f"art {__version__}")
+    parser.add_argument("--verbose", action="store_true",
+                        help="show dependencies' logs, progress bars and warnings (accepted after the command too)")
     sub = parser.add_subparsers(dest="command")
 
     s = sub.add_parser("serve", help="serve and train models over HTTP (OpenAI-compatible /v1 + training API)")
@@ -64,6 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
     from .eval_cli import add_eval_parser
 
     add_eval_parser(sub)
+
+    from .report import add_parser as add_report_parser
+
+    add_report_parser(sub)
 
     sub.add_parser("autorl", help="generate tasks from an MCP server's tools and train on them (art_mcp)",
                    add_help=False)
@@ -130,19 +135,26 @@ def _ruler_scorer(args: argparse.Namespace) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from art_core.cli_logging import pop_verbose, setup_cli_logging
+
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "autorl":
+    if argv and argv[0] == "autorl":  # it has its own -v/--verbose
+        setup_cli_logging(bool({"-v", "--verbose"} & set(argv)))
         return autorl(argv[1:])
+    argv, verbose = pop_verbose(argv)
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=getattr(args, "log_level", "warning").upper() if args.command == "serve" else "WARNING",
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_cli_logging(verbose, level=args.log_level if args.command == "serve" else None)
     if args.command == "serve":
         return serve(args)
     if args.command == "demo":
         from .demo import run_demo
 
         return run_demo(args)
+    if args.command == "report":
+        from .report import report_main
+
+        return report_main(args)
     if args.command == "eval":
         from .eval_cli import run_eval
 

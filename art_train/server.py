@@ -21,6 +21,7 @@ from art_core import Model, Registration, SFTConfig, TrainableModel, TrainConfig
 from art_core.backend import DEFAULT_BEST_METRIC
 
 from .engines.base import ChatRequest, EngineError, SamplingParams
+from .prometheus import install_metrics
 from .service import ModelService, ServiceError
 
 __all__ = ["ChatCompletionBody", "create_app"]
@@ -110,6 +111,8 @@ def create_app(service: ModelService, *, api_key: str | None = None) -> FastAPI:
                               "authentication_error", "invalid_api_key")
         return await call_next(request)
 
+    metrics = install_metrics(app, service)  # GET /metrics (Prometheus); counts every request, 401s too
+
     @app.exception_handler(ServiceError)
     async def service_error(_: Request, exc: ServiceError) -> JSONResponse:
         return _error(exc.status, str(exc), exc.type)
@@ -150,12 +153,17 @@ def create_app(service: ModelService, *, api_key: str | None = None) -> FastAPI:
         body: ChatCompletionBody = _parse(ChatCompletionBody, await _json(request))
         chat_request = body.to_request()
         if not body.stream:  # a plain dict of JSON types: json.dumps it, skip FastAPI's 10x slower encoder
-            return JSONResponse(await service.chat(body.model, chat_request))
+            answer = await service.chat(body.model, chat_request)
+            if metrics is not None:
+                metrics.completion(body.model, answer)
+            return JSONResponse(answer)
         chunks = await service.chat_stream(body.model, chat_request)
 
         async def sse() -> AsyncIterator[bytes]:
             try:
                 async for chunk in chunks:
+                    if metrics is not None:
+                        metrics.stream_chunk(body.model, chunk)
                     yield f"data: {json.dumps(chunk)}\n\n".encode()
             except (EngineError, ServiceError) as exc:
                 err = {"error": {"message": str(exc), "type": exc.type}}

@@ -84,6 +84,8 @@ class Gate:
         self._inflight = 0
         self._idle = asyncio.Event()
         self._idle.set()
+        self._held_at: float | None = None  # for held_seconds (art serve's /metrics)
+        self._held_total = 0.0
 
     async def enter(self) -> None:
         while not self._open.is_set():
@@ -97,11 +99,19 @@ class Gate:
             self._idle.set()
 
     async def hold(self) -> None:
+        self._held_at = self._held_at or time.monotonic()
         self._open.clear()
         await self._idle.wait()
 
     def resume(self) -> None:
+        if self._held_at is not None:
+            self._held_total += time.monotonic() - self._held_at
+            self._held_at = None
         self._open.set()
+
+    def held_seconds(self) -> float:
+        """Seconds spent held, the current hold included."""
+        return self._held_total + (time.monotonic() - self._held_at if self._held_at is not None else 0.0)
 
     @property
     def held(self) -> bool:
