@@ -31,8 +31,9 @@ def _imports(package: str) -> dict[str, list[tuple[str, int]]]:
             elif isinstance(node, ast.ImportFrom):
                 if node.level:
                     base = ".".join(here[: len(here) - node.level + 1] + ([node.module] if node.module else []))
-                    found.append((base, node.lineno))
-                    if not node.module:  # from . import x: x may be a module
+                    if node.module:
+                        found.append((base, node.lineno))
+                    else:  # from . import x: x is a module (or else a name of the package itself)
                         found += [(f"{base}.{a.name}", node.lineno) for a in node.names]
                 else:
                     found.append((node.module or "", node.lineno))
@@ -85,8 +86,14 @@ def test_art_train_composes_plugins_only_in_the_art_cli():
 
 @pytest.mark.parametrize("package", PACKAGES)
 def test_no_import_cycle_between_modules_of_a_package(package):
-    modules = set(_imports(package))
-    graph = {m: {n for n, _ in names if n in modules and n != m} for m, names in _imports(package).items()}
+    imports = _imports(package)
+    modules = set(imports)
+
+    def target(name: str) -> str:  # "pkg.x" from `from . import x` is the package itself if x is no module
+        return name if name in modules else name.rpartition(".")[0]
+
+    graph = {m: {target(n) for n, _ in names if target(n) in modules and target(n) != m}
+             for m, names in imports.items()}
     cycles, state, stack = [], {}, []
 
     def visit(m):
