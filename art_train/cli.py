@@ -62,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--eval-split", choices=["test", "dev"], default="test",
                    help="held-out questions to score: test (reported) or dev (for choosing settings)")
     d.add_argument("--eval-every", type=int, default=0, help="also score the held-out split every N steps")
+    d.add_argument("--temperature", type=float, default=None, help="sampling temperature of the training rollouts")
 
     from .eval_cli import add_eval_parser
 
