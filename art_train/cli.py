@@ -46,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--engine-dtype", choices=["auto", "float32", "bfloat16", "float16"], default=None,
                    help="weights' dtype in the transformers engine (default: each model's config.dtype; 'auto' is "
                         "bfloat16 on GPUs and on CPUs with native bfloat16, else float32)")
+    s.add_argument("--max-request-mb", type=float, default=256,
+                   help="largest request body accepted, in MB (default 256); larger ones get a 413")
     s.add_argument("--log-level", default="info")
 
     d = sub.add_parser("demo", help="train smollm2-135m to add two-digit numbers; held-out accuracy before and after")
@@ -61,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--eval-split", choices=["test", "dev"], default="test",
                    help="held-out questions to score: test (reported) or dev (for choosing settings)")
     d.add_argument("--eval-every", type=int, default=0, help="also score the held-out split every N steps")
+    d.add_argument("--temperature", type=float, default=None, help="sampling temperature of the training rollouts")
 
     from .eval_cli import add_eval_parser
 
@@ -88,7 +91,7 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     service = ModelService(BackendConfig(path=args.path, engine=args.engine, device=args.device, port=args.port,
                                          vllm_python=args.vllm_python, engine_dtype=args.engine_dtype))
-    app = create_app(service, api_key=args.api_key)
+    app = create_app(service, api_key=args.api_key, max_body_bytes=int(args.max_request_mb * 2**20))
 
     @app.on_event("shutdown")
     async def _close() -> None:
