@@ -38,7 +38,7 @@ Reply = Callable[[list[dict[str, Any]]], Awaitable[str]]
 
 
 def spymaster_messages(board: game.Board) -> list[dict[str, Any]]:
-    key = "\n".join(f"{role}: {', '.join(w for w, r in zip(board.words, board.roles) if r == role)}"
+    key = "\n".join(f"{role}: {', '.join(w for w, r in zip(board.words, board.roles, strict=False) if r == role)}"
                     for role in ("ours", "theirs", "neutral", "assassin"))
     return [{"role": "system", "content": SPYMASTER.format(clues=", ".join(sorted(game.CATEGORIES)))},
             {"role": "user", "content": key}]

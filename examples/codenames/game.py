@@ -82,7 +82,7 @@ def best_clue(board: Board) -> tuple[str, int]:
     best margin (the assassin counts -3); ties go to a category holding one of our words, then to the
     smaller number."""
     best, best_key = None, None
-    ours = {CATEGORY_OF[w] for w, r in zip(board.words, board.roles) if r == "ours"}
+    ours = {CATEGORY_OF[w] for w, r in zip(board.words, board.roles, strict=False) if r == "ours"}
     for cat in sorted(CATEGORIES):
         for number in (1, 2, 3):
             turn = Turn(board, cat, number)

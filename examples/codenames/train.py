@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import logging
 import resource
@@ -46,22 +47,54 @@ SPLITS = {"test": 100_000, "dev": 50_000}  # first board seed of each evaluation
 ROLES = ("spymaster", "operative")
 
 
-async def evaluate(model: art.TrainableModel, seeds: list[int], role: str) -> list[art.Trajectory]:
-    """Greedy games with the model in `role` beside the scripted partner."""
-    client = model.openai_client()
+async def evaluate(model: art.TrainableModel, step: int, seeds: list[int], role: str, client: Any) -> art.EvalResult:
+    """Greedy games at checkpoint `step` on held-out boards, the model in `role` beside the scripted partner."""
 
-    async def one(seed: int) -> art.Trajectory:
-        out = await agent.rollout_pair(model, seed, roles=(role,), temperature=0.0, client=client)
+    async def play(m: art.Model, board_seed: int) -> art.Trajectory:
+        out = await agent.rollout_pair(m, board_seed, roles=(role,), temperature=0.0, client=client)
         return out[role]
 
-    return await art.gather_trajectories((one(s) for s in seeds), pbar_desc=f"eval {role}", max_exceptions=0)
+    return await art.evaluate(model, play, seeds, step=step, task_id=str, max_concurrency=64, split=f"val_{role}")
 
 
-def summary(trajs: list[art.Trajectory]) -> dict[str, float]:
-    n = len(trajs)
-    return {"score": sum(t.reward for t in trajs) / n,
-            **{f"{k}_rate": sum(t.metrics[k] for t in trajs) / n for k in ("assassin", "illegal_clue", "invalid_guess")},
-            "mean_margin": sum(t.metrics["margin"] for t in trajs) / n}
+def both_roles(spymaster: art.EvalResult, operative: art.EvalResult) -> art.EvalResult:
+    """Per board, the mean of the two roles' rewards (each beside its scripted partner)."""
+    assert spymaster.task_ids == operative.task_ids
+    rewards = [[(a[0] + b[0]) / 2] for a, b in zip(spymaster.rewards, operative.rewards, strict=True)]
+    return dataclasses.replace(spymaster, rewards=rewards, groups=[])
+
+
+def by_metric(result: art.EvalResult, key: str | None) -> art.EvalResult:
+    """The same games scored by a trajectory metric (None: the reward), for its interval and pairing."""
+    if key is None:
+        return result
+    rewards = [[float(t.metrics[key]) for t in g.trajectories] for g in result.groups if g.trajectories]
+    return dataclasses.replace(result, rewards=rewards, groups=[])
+
+
+def figures(stages: dict[str, art.EvalResult], keys: dict[str, str | None]) -> dict[str, Any]:
+    """Each metric's mean and 95% interval per stage, and the paired differences between stages."""
+    out: dict[str, Any] = {}
+    for name, key in keys.items():
+        res = {s: by_metric(r, key) for s, r in stages.items()}
+        row: dict[str, Any] = {s: {"mean": r.mean, "ci": list(r.ci)} for s, r in res.items()}
+        for a, b in (("base", "sft"), ("base", "sft_rl"), ("sft", "sft_rl")):
+            if a in res and b in res:
+                c = art.compare(res[a], res[b])
+                row[f"{b}_minus_{a}"] = {"diff": c.diff, "ci": list(c.ci), "p_value": c.p_value}
+        out[name] = row
+    return out
+
+
+METRICS = {"score": None, "mean_margin": "margin", "assassin_rate": "assassin", "illegal_clue_rate": "illegal_clue",
+           "invalid_guess_rate": "invalid_guess"}
+
+
+def record(path: Path, example: str, entry: dict[str, Any]) -> None:
+    """Add or replace this run's entry (keyed by configuration and seed) in the shared results file."""
+    data = json.loads(path.read_text()) if path.exists() else {}
+    data.setdefault(example, {})[f"{entry['config']}-seed{entry['seed']}"] = entry
+    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
 async def train_groups(model: art.TrainableModel, seeds: range, group_size: int, client: Any) -> list[art.TrajectoryGroup]:
@@ -91,17 +124,19 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     first = SPLITS[args.split]
     held_out = list(range(first, first + cfg["eval_boards"]))
     backend = LocalBackend(path=args.output, device=cfg["device"])
-    model = art.TrainableModel(name=f"codenames-s{seed}", project="codenames", base_model=base_model,
+    model = art.TrainableModel(name=f"codenames-{args.config}-s{seed}", project="codenames", base_model=base_model,
                                config=art.ModelConfig(max_seq_len=512, seed=seed))
-    stages: dict[str, dict[str, Any]] = {}
+    stages: dict[str, dict[str, art.EvalResult]] = {role: {} for role in ROLES}
     curve: list[dict[str, float]] = []
     try:
         await model.register(backend)
+        client = model.openai_client()
 
         async def stage(name: str) -> None:
-            stages[name] = {"step": await model.get_step(),
-                            **{role: await evaluate(model, held_out, role) for role in ROLES}}
-            logger.info("%s: %s", name, {role: summary(stages[name][role]) for role in ROLES})
+            step = await model.get_step()
+            for role in ROLES:
+                stages[role][name] = await evaluate(model, step, held_out, role, client)
+            logger.info("%s: %s", name, "; ".join(stages[r][name].summary() for r in ROLES))
 
         await stage("base")
         sft_seeds = range(seed * 10_000, seed * 10_000 + cfg["sft_games"])
@@ -109,7 +144,6 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         await model.train_sft(expert, art.SFTConfig(learning_rate=cfg["sft_lr"], num_epochs=cfg["sft_epochs"],
                                                     batch_size=8, max_seq_len=512))
         await stage("sft")
-        client = model.openai_client()
         rl_seed = 20_000 + seed * 10_000
         for step in range(cfg["rl_steps"]):
             seeds = range(rl_seed + step * cfg["groups"], rl_seed + (step + 1) * cfg["groups"])
@@ -123,16 +157,25 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         await backend.close()
     wall = time.perf_counter() - t_start
-    out = {"config": args.config, "cfg": cfg, "seed": seed, "wall_s": wall,
-           "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "curve": curve,
-           "stages": {k: {"step": v["step"],
-                          **{role: {**summary(v[role]), "rewards": [t.reward for t in v[role]]} for role in ROLES}}
-                      for k, v in stages.items()}}
-    if args.results:
-        Path(args.results).write_text(json.dumps(out, indent=1))
-    for name, v in out["stages"].items():
-        print(f"{name}: step {v['step']} spymaster {v['spymaster']['score']:.3f} operative {v['operative']['score']:.3f}")
-    print(f"wall {wall:.0f} s, peak RSS {out['peak_rss_mb']:.0f} MB")
+    both = {name: both_roles(stages["spymaster"][name], stages["operative"][name]) for name in stages["spymaster"]}
+    out = {"example": "codenames", "model": cfg["base_model"], "config": args.config, "settings": cfg, "seed": seed,
+           "split": args.split, "project": model.project, "name": model.name,
+           "steps": {"sft": 1, "rl": cfg["rl_steps"]}, "wall_s": round(wall, 1),
+           "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+           "eval": {"boards": len(held_out), "greedy": True, "seeds": f"{held_out[0]}..{held_out[-1]}",
+                    "partner": "scripted (game.best_clue / game.scripted_guesses)"},
+           "both_roles": figures(both, {"score": None}),
+           **{role: figures(stages[role], METRICS) for role in ROLES}, "curve": curve}
+    if args.record:
+        record(Path(args.record), "codenames", out)
+    for name in both:
+        print(f"{name} (step {both[name].step}): both roles {both[name].summary()}")
+        for role in ROLES:
+            print(f"  {role}: " + ", ".join(f"{m} {t[name]['mean']:.3f} [{t[name]['ci'][0]:.3f}, {t[name]['ci'][1]:.3f}]"
+                                          for m, t in out[role].items()))
+    print(art.compare(both["base"], both["sft_rl"]).table())
+    print(art.compare(both["sft"], both["sft_rl"]).table())
+    print(f"wall {wall:.0f} s, peak RSS {out['peak_rss_mb']} MB")
     return out
 
 
@@ -143,7 +186,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--output", default=".art-examples", help="run-directory root")
     p.add_argument("--split", choices=sorted(SPLITS), default="test",
                    help="evaluate on the held-out test seeds, or on the dev seeds used for choosing settings")
-    p.add_argument("--results", help="write the run's figures to this JSON file")
+    p.add_argument("--record", help="add the run's figures to this JSON file (benchmarks/results/examples.json)")
     for key in ("sft_games", "sft_epochs", "rl_steps", "groups", "group_size", "eval_boards"):
         p.add_argument(f"--{key.replace('_', '-')}", dest=key, type=int)
     for key in ("sft_lr", "rl_lr"):

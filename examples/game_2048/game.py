@@ -55,7 +55,7 @@ def slide(board: Board, direction: str) -> tuple[Board, int]:
     for line in _lines(direction):
         new, p = slide_row([board[i] for i in line])
         points += p
-        for i, v in zip(line, new):
+        for i, v in zip(line, new, strict=False):
             cells[i] = v
     out = tuple(cells)
     if out == board:

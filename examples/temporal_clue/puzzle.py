@@ -88,7 +88,7 @@ def solve(options: dict[str, tuple[str, ...]], clues: tuple[Clue, ...] | list[Cl
     proves the puzzle has exactly one solution)."""
     out = []
     for combo in itertools.product(*(options[f] for f in FIELDS)):
-        s = dict(zip(FIELDS, combo))
+        s = dict(zip(FIELDS, combo, strict=False))
         if all(c.holds(s) for c in clues):
             out.append(s)
     return out

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import logging
 import resource
@@ -44,17 +45,46 @@ CONFIGS: dict[str, dict[str, Any]] = {
 SPLITS = {"test": 100_000, "dev": 50_000}  # first puzzle seed of each evaluation split; training stays below
 
 
-async def evaluate(model: art.TrainableModel, seeds: list[int], size: int) -> list[art.Trajectory]:
-    client = model.openai_client()
-    return await art.gather_trajectories(
-        (agent.rollout(model, s, size=size, temperature=0.0, client=client) for s in seeds),
-        pbar_desc="eval", max_exceptions=0)
+async def evaluate(model: art.TrainableModel, step: int, seeds: list[int], size: int, client: Any) -> art.EvalResult:
+    """Greedy answers at checkpoint `step` to the puzzles of held-out seeds, through `art.evaluate`."""
+
+    async def answer(m: art.Model, puzzle_seed: int) -> art.Trajectory:
+        return await agent.rollout(m, puzzle_seed, size=size, temperature=0.0, client=client)
+
+    return await art.evaluate(model, answer, seeds, step=step, task_id=str, max_concurrency=64)
 
 
-def summary(trajs: list[art.Trajectory]) -> dict[str, float]:
-    n = len(trajs)
-    return {"score": sum(t.reward for t in trajs) / n,
-            **{f"{k}_rate": sum(t.metrics[k] for t in trajs) / n for k in ("solved", "formatted")}}
+def by_metric(result: art.EvalResult, key: str | None) -> art.EvalResult:
+    """The same games scored by a trajectory metric (None: the reward), for its interval and pairing."""
+    if key is None:
+        return result
+    rewards = [[float(t.metrics[key]) for t in g.trajectories] for g in result.groups if g.trajectories]
+    return dataclasses.replace(result, rewards=rewards, groups=[])
+
+
+def figures(stages: dict[str, art.EvalResult], keys: dict[str, str | None]) -> dict[str, Any]:
+    """Each metric's mean and 95% interval per stage, and the paired differences between stages."""
+    out: dict[str, Any] = {}
+    for name, key in keys.items():
+        res = {s: by_metric(r, key) for s, r in stages.items()}
+        row: dict[str, Any] = {s: {"mean": r.mean, "ci": list(r.ci)} for s, r in res.items()}
+        for a, b in (("base", "sft"), ("base", "sft_rl"), ("sft", "sft_rl")):
+            if a in res and b in res:
+                c = art.compare(res[a], res[b])
+                row[f"{b}_minus_{a}"] = {"diff": c.diff, "ci": list(c.ci), "p_value": c.p_value}
+        out[name] = row
+    return out
+
+
+METRICS = {"score": None, "solved_rate": "solved", "formatted_rate": "formatted",
+           **{f"{f}_right": f"{f}_right" for f in ("who", "what", "where", "when")}}
+
+
+def record(path: Path, example: str, entry: dict[str, Any]) -> None:
+    """Add or replace this run's entry (keyed by configuration and seed) in the shared results file."""
+    data = json.loads(path.read_text()) if path.exists() else {}
+    data.setdefault(example, {})[f"{entry['config']}-seed{entry['seed']}"] = entry
+    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
@@ -71,17 +101,17 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     first = SPLITS[args.split]
     held_out = list(range(first, first + cfg["eval_puzzles"]))
     backend = LocalBackend(path=args.output, device=cfg["device"])
-    model = art.TrainableModel(name=f"temporal-clue-s{seed}", project="temporal-clue", base_model=base_model,
-                               config=art.ModelConfig(max_seq_len=512, seed=seed))
-    stages: dict[str, dict[str, Any]] = {}
+    model = art.TrainableModel(name=f"temporal-clue-{args.config}-s{seed}", project="temporal-clue",
+                               base_model=base_model, config=art.ModelConfig(max_seq_len=512, seed=seed))
+    stages: dict[str, art.EvalResult] = {}
     curve: list[dict[str, float]] = []
     try:
         await model.register(backend)
+        client = model.openai_client()
 
         async def stage(name: str) -> None:
-            trajs = await evaluate(model, held_out, size)
-            stages[name] = {"step": await model.get_step(), "trajs": trajs}
-            logger.info("%s: %s", name, summary(trajs))
+            stages[name] = await evaluate(model, await model.get_step(), held_out, size, client)
+            logger.info("%s: %s", name, stages[name].summary())
 
         await stage("base")
         sft_seeds = range(seed * 10_000, seed * 10_000 + cfg["sft_puzzles"])
@@ -89,7 +119,6 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         await model.train_sft(expert, art.SFTConfig(learning_rate=cfg["sft_lr"], num_epochs=cfg["sft_epochs"],
                                                     batch_size=8, max_seq_len=512))
         await stage("sft")
-        client = model.openai_client()
         rl_seed = 20_000 + seed * 10_000
         for step in range(cfg["rl_steps"]):
             seeds = range(rl_seed + step * cfg["groups"], rl_seed + (step + 1) * cfg["groups"])
@@ -105,15 +134,21 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         await backend.close()
     wall = time.perf_counter() - t_start
-    out = {"config": args.config, "cfg": cfg, "seed": seed, "wall_s": wall,
-           "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "curve": curve,
-           "stages": {k: {"step": v["step"], **summary(v["trajs"]), "rewards": [t.reward for t in v["trajs"]]}
-                      for k, v in stages.items()}}
-    if args.results:
-        Path(args.results).write_text(json.dumps(out, indent=1))
-    for name, v in out["stages"].items():
-        print(f"{name}: step {v['step']} score {v['score']:.3f} solved {v['solved_rate']:.3f}")
-    print(f"wall {wall:.0f} s, peak RSS {out['peak_rss_mb']:.0f} MB")
+    out = {"example": "temporal_clue", "model": cfg["base_model"], "config": args.config, "settings": cfg,
+           "seed": seed, "split": args.split, "project": model.project, "name": model.name,
+           "steps": {"sft": 1, "rl": cfg["rl_steps"]}, "wall_s": round(wall, 1),
+           "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+           "eval": {"puzzles": len(held_out), "greedy": True, "seeds": f"{held_out[0]}..{held_out[-1]}"},
+           "metrics": figures(stages, METRICS), "curve": curve}
+    if args.record:
+        record(Path(args.record), "temporal_clue", out)
+    for name, r in stages.items():
+        print(f"{name} (step {r.step}): " + ", ".join(
+            f"{m} {t[name]['mean']:.3f} [{t[name]['ci'][0]:.3f}, {t[name]['ci'][1]:.3f}]"
+            for m, t in out["metrics"].items()))
+    print(art.compare(stages["base"], stages["sft_rl"]).table())
+    print(art.compare(stages["sft"], stages["sft_rl"]).table())
+    print(f"wall {wall:.0f} s, peak RSS {out['peak_rss_mb']} MB")
     return out
 
 
@@ -124,7 +159,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--output", default=".art-examples", help="run-directory root")
     p.add_argument("--split", choices=sorted(SPLITS), default="test",
                    help="evaluate on the held-out test seeds, or on the dev seeds used for choosing settings")
-    p.add_argument("--results", help="write the run's figures to this JSON file")
+    p.add_argument("--record", help="add the run's figures to this JSON file (benchmarks/results/examples.json)")
     for key in ("size", "sft_puzzles", "sft_epochs", "rl_steps", "groups", "group_size", "eval_puzzles"):
         p.add_argument(f"--{key.replace('_', '-')}", dest=key, type=int)
     for key in ("sft_lr", "rl_lr"):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 import re
-from functools import lru_cache
+from functools import cache
 
 __all__ = [
     "EMPTY", "IllegalMove", "LINES", "best_moves", "cell_index", "cell_name", "empty_board", "legal_moves",
@@ -80,7 +80,7 @@ def render(board: Board) -> str:
     return "\n".join(["  1 2 3", *rows])
 
 
-@lru_cache(maxsize=None)
+@cache
 def minimax_value(board: Board, to_move: str) -> int:
     """+1 if the player to move wins with perfect play from here, 0 for a draw, -1 for a loss."""
     result = winner(board)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import logging
 import resource
@@ -45,20 +46,47 @@ CONFIGS: dict[str, dict[str, Any]] = {
 SPLITS = {"test": 100_000, "dev": 50_000}  # first game seed of each evaluation split; training stays below
 
 
-async def evaluate(model: art.TrainableModel, seeds: list[int], opponent: str) -> list[art.Trajectory]:
-    """Greedy games on the given seeds against `opponent` (the newest checkpoint)."""
-    client = model.openai_client()
-    return await art.gather_trajectories(
-        (agent.rollout(model, s, opponent=opponent, temperature=0.0, client=client) for s in seeds),
-        pbar_desc=f"eval vs {opponent}", max_exceptions=0)
+async def evaluate(model: art.TrainableModel, step: int, seeds: list[int], opponent: str,
+                   client: Any) -> art.EvalResult:
+    """Greedy games at checkpoint `step` on held-out seeds against `opponent`, through `art.evaluate`."""
+
+    async def play(m: art.Model, game_seed: int) -> art.Trajectory:
+        return await agent.rollout(m, game_seed, opponent=opponent, temperature=0.0, client=client)
+
+    return await art.evaluate(model, play, seeds, step=step, task_id=str, max_concurrency=64,
+                              split="val" if opponent == "random" else f"val_{opponent}")
 
 
-def summary(trajs: list[art.Trajectory]) -> dict[str, float]:
-    n = len(trajs)
-    moves = sum(t.metrics["moves"] for t in trajs)
-    return {"score": sum(t.reward for t in trajs) / n,
-            **{f"{k}_rate": sum(t.metrics[k] for t in trajs) / n for k in ("win", "draw", "loss", "illegal")},
-            "illegal_per_move": sum(t.metrics["illegal"] for t in trajs) / max(moves, 1)}
+def by_metric(result: art.EvalResult, key: str | None) -> art.EvalResult:
+    """The same games scored by a trajectory metric (None: the reward), for its interval and pairing."""
+    if key is None:
+        return result
+    rewards = [[float(t.metrics[key]) for t in g.trajectories] for g in result.groups if g.trajectories]
+    return dataclasses.replace(result, rewards=rewards, groups=[])
+
+
+def figures(stages: dict[str, art.EvalResult], keys: dict[str, str | None]) -> dict[str, Any]:
+    """Each metric's mean and 95% interval per stage, and the paired differences between stages."""
+    out: dict[str, Any] = {}
+    for name, key in keys.items():
+        res = {s: by_metric(r, key) for s, r in stages.items()}
+        row: dict[str, Any] = {s: {"mean": r.mean, "ci": list(r.ci)} for s, r in res.items()}
+        for a, b in (("base", "sft"), ("base", "sft_rl"), ("sft", "sft_rl")):
+            if a in res and b in res:
+                c = art.compare(res[a], res[b])
+                row[f"{b}_minus_{a}"] = {"diff": c.diff, "ci": list(c.ci), "p_value": c.p_value}
+        out[name] = row
+    return out
+
+
+METRICS = {"score": None, "win_rate": "win", "draw_rate": "draw", "loss_rate": "loss", "illegal_rate": "illegal"}
+
+
+def record(path: Path, example: str, entry: dict[str, Any]) -> None:
+    """Add or replace this run's entry (keyed by configuration and seed) in the shared results file."""
+    data = json.loads(path.read_text()) if path.exists() else {}
+    data.setdefault(example, {})[f"{entry['config']}-seed{entry['seed']}"] = entry
+    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
@@ -74,29 +102,30 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     seed = args.seed
     first = SPLITS[args.split]
     held_out = list(range(first, first + cfg["eval_games"]))
-    held_out_minimax = held_out[: cfg["minimax_games"]]
     backend = LocalBackend(path=args.output, device=cfg["device"])
-    model = art.TrainableModel(name=f"tictactoe-s{seed}", project="tictactoe", base_model=base_model,
+    model = art.TrainableModel(name=f"tictactoe-{args.config}-s{seed}", project="tictactoe", base_model=base_model,
                                config=art.ModelConfig(max_seq_len=512, seed=seed))
-    stages: dict[str, dict[str, Any]] = {}
+    vs_random: dict[str, art.EvalResult] = {}
+    vs_minimax: dict[str, art.EvalResult] = {}
     curve: list[dict[str, float]] = []
     try:
         await model.register(backend)
+        client = model.openai_client()
 
         async def stage(name: str) -> None:
-            vs_random = await evaluate(model, held_out, "random")
-            vs_minimax = await evaluate(model, held_out_minimax, "minimax")
-            stages[name] = {"step": await model.get_step(), "random": vs_random, "minimax": vs_minimax}
-            logger.info("%s: vs random %s | vs minimax %s", name, summary(vs_random), summary(vs_minimax))
+            step = await model.get_step()
+            vs_random[name] = await evaluate(model, step, held_out, "random", client)
+            vs_minimax[name] = await evaluate(model, step, held_out[: cfg["minimax_games"]], "minimax", client)
+            logger.info("%s (step %d): vs random %s; vs minimax %s", name, step, vs_random[name].summary(),
+                        vs_minimax[name].summary())
 
         await stage("base")
-        # SFT warm-up: minimax plays the agent's seat; seeds 0.. (shifted by the run seed)
+        # SFT warm-up: minimax plays the agent's seat against the random opponent
         sft_seeds = range(seed * 10_000, seed * 10_000 + cfg["sft_games"])
         expert = [await agent.expert_trajectory(s) for s in sft_seeds]
         await model.train_sft(expert, art.SFTConfig(learning_rate=cfg["sft_lr"], num_epochs=cfg["sft_epochs"],
                                                     batch_size=8, max_seq_len=512))
         await stage("sft")
-        client = model.openai_client()
         rl_seed = 20_000 + seed * 10_000
         for step in range(cfg["rl_steps"]):
             seeds = range(rl_seed + step * cfg["groups"], rl_seed + (step + 1) * cfg["groups"])
@@ -113,17 +142,24 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         await backend.close()
     wall = time.perf_counter() - t_start
-    out = {"config": args.config, "cfg": cfg, "seed": seed, "wall_s": wall,
-           "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-           "curve": curve,
-           "stages": {k: {"step": v["step"], "random": summary(v["random"]), "minimax": summary(v["minimax"]),
-                          "rewards_random": [t.reward for t in v["random"]],
-                          "rewards_minimax": [t.reward for t in v["minimax"]]} for k, v in stages.items()}}
-    if args.results:
-        Path(args.results).write_text(json.dumps(out, indent=1))
-    for name, v in out["stages"].items():
-        print(f"{name}: step {v['step']} vs random {json.dumps(v['random'])} vs minimax {json.dumps(v['minimax'])}")
-    print(f"wall {wall:.0f} s, peak RSS {out['peak_rss_mb']:.0f} MB")
+    out = {"example": "tictactoe", "model": cfg["base_model"], "config": args.config, "settings": cfg, "seed": seed,
+           "split": args.split, "project": model.project, "name": model.name,
+           "steps": {"sft": 1, "rl": cfg["rl_steps"]}, "wall_s": round(wall, 1),
+           "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+           "eval": {"games": len(held_out), "greedy": True, "seeds": f"{held_out[0]}..{held_out[-1]}"},
+           "vs_random": figures(vs_random, {**METRICS}),
+           "vs_minimax": figures(vs_minimax, {k: v for k, v in METRICS.items() if k != "win_rate"}),
+           "curve": curve}
+    if args.record:
+        record(Path(args.record), "tictactoe", out)
+    for name in vs_random:
+        print(f"{name} (step {vs_random[name].step}):")
+        for label, table in (("vs random", out["vs_random"]), ("vs minimax", out["vs_minimax"])):
+            print(f"  {label}: " + ", ".join(
+                f"{m} {t[name]['mean']:.3f} [{t[name]['ci'][0]:.3f}, {t[name]['ci'][1]:.3f}]" for m, t in table.items()))
+    print(art.compare(vs_random["base"], vs_random["sft_rl"]).table())
+    print(art.compare(vs_random["sft"], vs_random["sft_rl"]).table())
+    print(f"wall {wall:.0f} s, peak RSS {out['peak_rss_mb']} MB")
     return out
 
 
@@ -134,7 +170,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--output", default=".art-examples", help="run-directory root")
     p.add_argument("--split", choices=sorted(SPLITS), default="test",
                    help="evaluate on the held-out test seeds, or on the dev seeds used for choosing settings")
-    p.add_argument("--results", help="write the run's figures to this JSON file")
+    p.add_argument("--record", help="add the run's figures to this JSON file (benchmarks/results/examples.json)")
     for key in ("sft_games", "sft_epochs", "rl_steps", "groups", "group_size", "eval_games", "minimax_games"):
         p.add_argument(f"--{key.replace('_', '-')}", dest=key, type=int)
     for key in ("sft_lr", "rl_lr"):
