@@ -1,4 +1,4 @@
-"""ART's client side: trajectories, models, gathering rollouts, the run directory.
+"""ART's client side: trajectories, models, gathering rollouts, held-out evaluation, the run directory.
 
 Importing it never imports torch, transformers, langchain, mcp or litellm.
 """
@@ -14,6 +14,7 @@ from .capture import (
 )
 from .config import ModelConfig, SFTConfig, TrainConfig
 from .dataset import DatasetBatch, iterate_dataset
+from .evaluation import Comparison, EvalResult, PeriodicEval, compare, evaluate
 from .gather import TooManyExceptions, gather_trajectories, gather_trajectory_groups
 from .metrics import group_metrics
 from .model import Model, TrainableModel
@@ -21,6 +22,16 @@ from .openai_capture import CapturingTransport
 from .remote import BackendError, RemoteBackend
 from .retry import retry
 from .rundir import RunDir, atomic_write_bytes, atomic_write_text
+from .sft_data import (
+    SFTBatch,
+    SFTDataError,
+    iterate_sft,
+    learning_rate_at,
+    load_sft_jsonl,
+    mask_turns,
+    validate_sft_record,
+    write_sft_jsonl,
+)
 from .trajectory import (
     History,
     RolloutError,
@@ -37,15 +48,20 @@ __all__ = [
     "Backend",
     "BackendError",
     "CapturingTransport",
+    "Comparison",
     "DatasetBatch",
+    "EvalResult",
     "History",
     "Model",
     "ModelConfig",
+    "PeriodicEval",
     "Registration",
     "RemoteBackend",
     "RolloutError",
     "RunDir",
+    "SFTBatch",
     "SFTConfig",
+    "SFTDataError",
     "Sample",
     "TooManyExceptions",
     "TrainConfig",
@@ -58,15 +74,23 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_text",
     "capture",
+    "compare",
     "current_trajectory",
+    "evaluate",
     "gather_trajectories",
     "gather_trajectory_groups",
     "group_metrics",
     "iterate_dataset",
+    "iterate_sft",
+    "learning_rate_at",
+    "load_sft_jsonl",
+    "mask_turns",
     "message_sample",
     "node",
     "record_completion",
     "record_tool_result",
     "retry",
     "sample_from_choice",
+    "validate_sft_record",
+    "write_sft_jsonl",
 ]

@@ -92,5 +92,23 @@ class ModelConfig(BaseModel):
     chat_template: str | None = Field(
         None, description="A Jinja chat template (text, or a name from TRL's chat_templates) to use instead of the tokenizer's."
     )
-    tool_parser: str = Field("hermes", description="How tool calls are parsed from the model's text.")
+    tool_parser: str | None = Field(
+        None, description="How tool calls are parsed from the model's text; None: the base model's family's parser (hermes when unknown)."
+    )
     seed: int = Field(0, description="Seed for the LoRA's initialisation.")
+    retain_checkpoints: int | None = Field(
+        3,
+        ge=1,
+        description=(
+            "After each training step keep the newest N checkpoints, step 0 (the base, for held-out "
+            "comparisons) and the best by `best_checkpoint_metric`, and delete the rest; None keeps all. "
+            "Resuming needs only the newest, so a run resumes after any retention."
+        ),
+    )
+    best_checkpoint_metric: str | None = Field(
+        "val/reward_mean",
+        description=(
+            "History metric that names the best checkpoint, higher is better: 'val/reward_mean' is the "
+            "reward_mean of the split-'val' rows logged for a step. Steps never evaluated are never 'best'."
+        ),
+    )

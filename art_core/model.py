@@ -9,8 +9,9 @@ import httpx
 import openai
 from pydantic import BaseModel, Field, PrivateAttr
 
-from .backend import Backend, Registration, TrainResult
+from .backend import DEFAULT_BEST_METRIC, Backend, Registration, TrainResult
 from .config import ModelConfig, SFTConfig, TrainConfig
+from .loggers import Reporter, chosen_loggers, judge_metrics
 from .openai_capture import CapturingTransport
 from .rundir import check_name
 from .trajectory import Message, Trajectory, TrajectoryGroup
@@ -33,16 +34,21 @@ class Model(BaseModel):
     inference_api_key: str | None = None
     inference_model_name: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+    # metrics loggers (art_core.loggers); None: ART_REPORT_TO. Client-side: never sent to the backend
+    report_to: list[str] | None = Field(default=None, exclude=True)
 
     _backend: Backend | None = PrivateAttr(default=None)
+    _reporter: Reporter | None = PrivateAttr(default=None)
 
     def model_post_init(self, __context: Any) -> None:
         check_name("model name", self.name)
         check_name("project", self.project)
+        chosen_loggers(self.report_to)  # an unknown name fails here, not mid-run
 
     async def register(self, backend: Backend) -> None:
         """Attach the model to a backend, which sets up serving (and for a trainable model, the LoRA)."""
         self._backend = backend
+        self.reporter()  # a chosen logger that is not installed fails before any rollout
         reg: Registration = await backend.register(self)
         self.inference_base_url = reg.base_url
         self.inference_api_key = reg.api_key
@@ -93,7 +99,18 @@ class Model(BaseModel):
         step: int | None = None,
     ) -> dict[str, Any]:
         """Write trajectories and their metrics to the run directory (e.g. a validation pass)."""
-        return await self.backend().log(self, _as_groups(groups), split, step)
+        groups = _as_groups(groups)
+        metrics = await self.backend().log(self, groups, split, step)
+        if self.reporter().loggers:
+            at = step if step is not None else (await self.get_step() if isinstance(self, TrainableModel) else 0)
+            self.reporter().log({**metrics, **judge_metrics(groups)}, split=split, step=at)
+        return metrics
+
+    def reporter(self) -> Reporter:
+        """The metrics loggers chosen by ``report_to`` / ``ART_REPORT_TO``; ``.close()`` ends their runs."""
+        if self._reporter is None:
+            self._reporter = Reporter(self, chosen_loggers(self.report_to))
+        return self._reporter
 
 
 class TrainableModel(Model):
@@ -127,7 +144,9 @@ class TrainableModel(Model):
                 raise TypeError(f"train() item {i} is a {type(g).__name__}; pass TrajectoryGroup objects")
             if g.pending:
                 raise ValueError(f"group {i} still has {g.pending} unfinished rollouts; gather it first")
-        return await self.backend().train(self, groups, config or TrainConfig(), verbose=verbose)
+        result = await self.backend().train(self, groups, config or TrainConfig(), verbose=verbose)
+        self.reporter().log({**result.metrics, **judge_metrics(groups)}, split="train", step=result.step)
+        return result
 
     async def train_sft(
         self,
@@ -138,14 +157,28 @@ class TrainableModel(Model):
     ) -> TrainResult:
         """Supervised fine-tuning on the assistant turns of trajectories or plain message lists."""
         trajectories = [d if isinstance(d, Trajectory) else Trajectory(messages=list(d)) for d in data]
-        return await self.backend().train_sft(self, trajectories, config or SFTConfig(), verbose=verbose)
+        result = await self.backend().train_sft(self, trajectories, config or SFTConfig(), verbose=verbose)
+        self.reporter().log(result.metrics, split="sft", step=result.step)
+        return result
 
     async def list_checkpoints(self) -> list[int]:
         return await self.backend().list_checkpoints(self)
 
-    async def delete_checkpoints(self, steps: list[int] | None = None) -> list[int]:
-        """Delete the given checkpoints, or all but the newest when `steps` is None; returns those deleted."""
-        return await self.backend().delete_checkpoints(self, steps)
+    async def delete_checkpoints(
+        self, steps: list[int] | None = None, *, best_checkpoint_metric: str | None = DEFAULT_BEST_METRIC
+    ) -> list[int]:
+        """Delete the given checkpoints; with `steps` None, every one but the newest and the best.
+
+        The best is the step with the highest `best_checkpoint_metric` in the run's history:
+        ``"val/reward_mean"`` is the ``reward_mean`` of the rows that ``model.log(..., split="val")``
+        (or an evaluation) wrote for that step. Steps never evaluated cannot be the best; with no
+        such rows (or ``best_checkpoint_metric=None``) only the newest stays. Returns the steps deleted.
+
+        Example:
+            await model.log(val_groups, split="val")          # after each evaluation
+            await model.delete_checkpoints()                  # keeps the best on val and the newest
+        """
+        return await self.backend().delete_checkpoints(self, steps, best_checkpoint_metric=best_checkpoint_metric)
 
 
 def _as_groups(items: Iterable[Any]) -> list[TrajectoryGroup]:

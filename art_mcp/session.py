@@ -142,6 +142,7 @@ class McpSession:
     label: str
     timeout: float | None = 30.0
     stderr: IO[str] | None = None
+    max_output_chars: int | None = 100_000  # a longer tool output is cut, so one call cannot flood the context
     _crashed: ServerCrashed | None = field(default=None, repr=False)
 
     def openai_tools(self, include: Sequence[str] | None = None) -> list[dict[str, Any]]:
@@ -209,6 +210,9 @@ class McpSession:
                 )
                 if is_error and not text.lower().startswith("error"):
                     text = f"Error: {text}"
+                if self.max_output_chars is not None and len(text) > self.max_output_chars:
+                    text = (f"{text[: self.max_output_chars]}\n[tool output cut: {len(text)} characters, the first "
+                            f"{self.max_output_chars} kept; set session.max_output_chars to keep more]")
         out = ToolResult(
             name=name,
             arguments=args,

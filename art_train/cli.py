@@ -1,16 +1,16 @@
-"""The `art` command: `art serve`, `art demo`, `art autorl`, `art --version`."""
+"""The `art` command: `art serve`, `art demo`, `art eval`, `art autorl`, `art --version`."""
 
 from __future__ import annotations
 
 import argparse
 import ipaddress
-import logging
 import os
 import sys
+from typing import Any
 
 from rich.console import Console
 
-__all__ = ["build_parser", "main", "serve"]
+__all__ = ["autorl", "build_parser", "main", "serve"]
 
 console = Console(stderr=True)
 
@@ -29,6 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="art", description="ART, the Agent Reinforcement Trainer")
     parser.add_argument("--version", action="version", version=f"art {__version__}")
+    parser.add_argument("--verbose", action="store_true",
+                        help="show dependencies' logs, progress bars and warnings (accepted after the command too)")
     sub = parser.add_subparsers(dest="command")
 
     s = sub.add_parser("serve", help="serve and train models over HTTP (OpenAI-compatible /v1 + training API)")
@@ -44,9 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--engine-dtype", choices=["auto", "float32", "bfloat16", "float16"], default=None,
                    help="weights' dtype in the transformers engine (default: each model's config.dtype; 'auto' is "
                         "bfloat16 on GPUs and on CPUs with native bfloat16, else float32)")
+    s.add_argument("--max-request-mb", type=float, default=256,
+                   help="largest request body accepted, in MB (default 256); larger ones get a 413")
     s.add_argument("--log-level", default="info")
 
-    d = sub.add_parser("demo", help="train smollm2-135m on a small bundled task and plot the reward")
+    d = sub.add_parser("demo", help="train smollm2-135m to add two-digit numbers; held-out accuracy before and after")
     d.add_argument("--steps", type=int, default=None, help="training steps (default fits ~10 minutes on 2 CPU cores)")
     d.add_argument("--output", default="art-demo", help="folder for the run directory and reward-curve PNG")
     d.add_argument("--model", default="smollm2-135m", help="base model (HF id, local folder or alias)")
@@ -54,6 +58,20 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--group-size", type=int, default=None, help="rollouts per prompt")
     d.add_argument("--learning-rate", type=float, default=None)
     d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--task", choices=["addition", "brevity"], default="addition",
+                   help="addition (reward: the sum is right) or brevity (reward: a short reply)")
+    d.add_argument("--eval-split", choices=["test", "dev"], default="test",
+                   help="held-out questions to score: test (reported) or dev (for choosing settings)")
+    d.add_argument("--eval-every", type=int, default=0, help="also score the held-out split every N steps")
+    d.add_argument("--temperature", type=float, default=None, help="sampling temperature of the training rollouts")
+
+    from .eval_cli import add_eval_parser
+
+    add_eval_parser(sub)
+
+    from .report import add_parser as add_report_parser
+
+    add_report_parser(sub)
 
     sub.add_parser("autorl", help="generate tasks from an MCP server's tools and train on them (art_mcp)",
                    add_help=False)
@@ -63,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from .config import BackendConfig
     from .server import create_app
     from .service import ModelService
 
@@ -70,9 +89,9 @@ def serve(args: argparse.Namespace) -> int:
         console.print(f"[red]--host {args.host} is reachable from other machines: pass --api-key KEY "
                       "(or set ART_API_KEY), or bind 127.0.0.1[/red]")
         return 2
-    service = ModelService(root=args.path, engine=args.engine, device=args.device,
-                           vllm_python=args.vllm_python, engine_dtype=args.engine_dtype)
-    app = create_app(service, api_key=args.api_key)
+    service = ModelService(BackendConfig(path=args.path, engine=args.engine, device=args.device, port=args.port,
+                                         vllm_python=args.vllm_python, engine_dtype=args.engine_dtype))
+    app = create_app(service, api_key=args.api_key, max_body_bytes=int(args.max_request_mb * 2**20))
 
     @app.on_event("shutdown")
     async def _close() -> None:
@@ -83,22 +102,66 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "autorl":
-        from art_mcp.cli import autorl_main  # another package's CLI: imported only when asked for
+def autorl(argv: list[str]) -> int:
+    """`art autorl`: art_mcp's zero-data run, composed here with its backend and RULER as the judge.
 
-        return int(autorl_main(argv[1:]) or 0)
+    The plugins import only art_core, so this is where they meet the bundled backend: art_mcp's CLI
+    gets the backend (`LocalBackend`, or `RemoteBackend` for ``--backend URL``) and the scorer (RULER)
+    from these two functions.
+    """
+    from art_mcp.cli import autorl_main  # plugins are imported only when their command runs
+
+    return int(autorl_main(argv, make_backend=_autorl_backend, make_scorer=_ruler_scorer) or 0)
+
+
+def _autorl_backend(args: argparse.Namespace) -> Any:
+    if args.backend:
+        from art_core import RemoteBackend
+
+        return RemoteBackend(args.backend, api_key=args.backend_api_key)
+    from pathlib import Path
+
+    from .local import LocalBackend
+
+    return LocalBackend(path=Path(args.output) / ".art")
+
+
+def _ruler_scorer(args: argparse.Namespace) -> Any:
+    import ruler
+
+    params = {k: v for k, v in {"api_base": args.judge_api_base, "api_key": args.judge_api_key}.items() if v}
+
+    async def score(group: Any) -> Any:
+        return await ruler.score_group(group, judge=args.judge, litellm_params=params, swallow_exceptions=True)
+
+    return score
+
+
+def main(argv: list[str] | None = None) -> int:
+    from art_core.cli_logging import pop_verbose, setup_cli_logging
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "autorl":  # it has its own -v/--verbose
+        setup_cli_logging(bool({"-v", "--verbose"} & set(argv)))
+        return autorl(argv[1:])
+    argv, verbose = pop_verbose(argv)
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=getattr(args, "log_level", "warning").upper() if args.command == "serve" else "WARNING",
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_cli_logging(verbose, level=args.log_level if args.command == "serve" else None)
     if args.command == "serve":
         return serve(args)
     if args.command == "demo":
         from .demo import run_demo
 
         return run_demo(args)
+    if args.command == "report":
+        from .report import report_main
+
+        return report_main(args)
+    if args.command == "eval":
+        from .eval_cli import run_eval
+
+        return run_eval(args)
     parser.print_help()
     return 0
 
