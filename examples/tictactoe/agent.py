@@ -97,7 +97,7 @@ def _score(traj: art.Trajectory, result: dict) -> art.Trajectory:
 
 async def rollout(
     model: art.Model, seed: int, *, opponent: str = "random", temperature: float = 1.0,
-    max_tokens: int = 16, sampling_seed: int | None = None, client: Any = None,
+    max_tokens: int = 10, sampling_seed: int | None = None, client: Any = None,
 ) -> art.Trajectory:
     """One game of the model against ``opponent``; every model turn is captured for training."""
     client = client or model.openai_client()
