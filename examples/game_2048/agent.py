@@ -12,6 +12,7 @@ move that changes nothing, which ends the game.
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -22,7 +23,8 @@ try:
 except ImportError:
     import game  # type: ignore[no-redef]
 
-__all__ = ["INVALID_REWARD", "SYSTEM", "WIN_REWARD", "expert_trajectory", "play_game", "reward_for", "rollout"]
+__all__ = ["INVALID_REWARD", "SYSTEM", "WIN_REWARD", "expert_trajectory", "keep_turns", "play_game", "reward_for",
+           "rollout"]
 
 SYSTEM = (
     "You play 2048. Reach the tile {target}. A move slides all tiles left, right, up or down; equal "
@@ -65,6 +67,24 @@ async def play_game(choose: Chooser, seed: int, target: int, max_moves: int) -> 
 def _score(traj: art.Trajectory, g: game.Game, invalid: bool) -> art.Trajectory:
     traj.reward = reward_for(g, invalid)
     traj.metrics.update(win=float(g.won), invalid=float(invalid), max_tile=g.max_tile, moves=g.moves)
+    return traj
+
+
+def keep_turns(traj: art.Trajectory, k: int | None, seed: int) -> art.Trajectory:
+    """Keep `k` of the game's turns (always the last, which decided the outcome), chosen at random.
+
+    Every turn of a game shares its reward, so training on a random subset of turns estimates the
+    same gradient from fewer sequences; on CPU a trained sequence is the expensive unit.
+    """
+    histories = traj.histories()
+    if k is None or len(histories) <= k:
+        return traj
+    rng = random.Random(seed)
+    keep = sorted(rng.sample(range(len(histories) - 1), k - 1)) + [len(histories) - 1]
+    chosen = [histories[i] for i in keep]
+    traj.turns, traj.tools = chosen[0].turns, chosen[0].tools
+    traj.additional_histories = chosen[1:]
+    traj.metrics["turns_kept"] = len(chosen)
     return traj
 
 

@@ -84,3 +84,12 @@ def test_invalid_reply_ends_the_game():
 
     g, invalid, turns = asyncio.run(agent.play_game(choose, seed=1, target=64, max_moves=80))
     assert invalid and g.moves == 0 and len(turns) == 1
+
+
+def test_keep_turns_samples_moves_and_keeps_the_last():
+    t = asyncio.run(agent.expert_trajectory(2, target=64, max_moves=120))
+    last = t.histories()[-1].messages()
+    kept = agent.keep_turns(t.model_copy(deep=True), 4, seed=0)
+    assert len(kept.histories()) == 4 and kept.histories()[-1].messages() == last
+    assert kept.reward == t.reward
+    assert len(agent.keep_turns(t.model_copy(deep=True), None, seed=0).histories()) == len(t.histories())
