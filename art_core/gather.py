@@ -71,6 +71,18 @@ async def _run(aw: Awaitable[Trajectory], sem: asyncio.Semaphore | None) -> Traj
         return exc
 
 
+async def _settle(tasks: list[asyncio.Future[Any]]) -> None:
+    """Wait until every task is done, even if this task is cancelled meanwhile (then re-raise that)."""
+    cancelled = False
+    while not all(t.done() for t in tasks):
+        try:
+            await asyncio.shield(asyncio.gather(*tasks, return_exceptions=True))
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+
+
 async def _apply(after_each: AfterEach | None, group: TrajectoryGroup) -> list[TrajectoryGroup]:
     if after_each is None:
         return [group]
@@ -120,6 +132,9 @@ async def gather_trajectory_groups(
         finally:
             for t in tasks:
                 t.cancel()
+            # wait for the cancelled rollouts to finish their cleanup (close sessions, stop servers):
+            # a rollout left running would outlive the gather and the resources the caller closes next
+            await _settle(tasks)
         for t in tasks:  # keep rollout order within the group
             group.add_result(t.result())
         return await _apply(after_each, group)

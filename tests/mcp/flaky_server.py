@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
-from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+import anyio
 
-server = MCPServer("flaky", log_level="WARNING")
+try:  # mcp 2.x
+    from mcp.server.mcpserver import MCPServer as Server
+    from mcp.server.mcpserver.exceptions import ToolError
+except ImportError:  # mcp 1.x
+    from mcp.server.fastmcp import FastMCP as Server
+    from mcp.server.fastmcp.exceptions import ToolError
+
+server = Server("flaky", log_level="WARNING")
 _count = 0
 
 
@@ -40,9 +45,9 @@ def fail(reason: str) -> str:
 
 
 @server.tool()
-def hang(seconds: float) -> str:
-    """Sleep (blocking) for a while."""
-    time.sleep(seconds)
+async def hang(seconds: float) -> str:
+    """Sleep for a while (async: FastMCP 1.x runs sync tools on its event loop, blocking every other call)."""
+    await anyio.sleep(seconds)
     return "woke up"
 
 
