@@ -1,4 +1,4 @@
-"""ART's client side: trajectories, models, gathering rollouts, the run directory.
+"""ART's client side: trajectories, models, gathering rollouts, held-out evaluation, the run directory.
 
 Importing it never imports torch, transformers, langchain, mcp or litellm.
 """
@@ -14,6 +14,7 @@ from .capture import (
 )
 from .config import ModelConfig, SFTConfig, TrainConfig
 from .dataset import DatasetBatch, iterate_dataset
+from .evaluation import Comparison, EvalResult, PeriodicEval, compare, evaluate
 from .gather import TooManyExceptions, gather_trajectories, gather_trajectory_groups
 from .metrics import group_metrics
 from .model import Model, TrainableModel
@@ -37,10 +38,13 @@ __all__ = [
     "Backend",
     "BackendError",
     "CapturingTransport",
+    "Comparison",
     "DatasetBatch",
+    "EvalResult",
     "History",
     "Model",
     "ModelConfig",
+    "PeriodicEval",
     "Registration",
     "RemoteBackend",
     "RolloutError",
@@ -58,7 +62,9 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_text",
     "capture",
+    "compare",
     "current_trajectory",
+    "evaluate",
     "gather_trajectories",
     "gather_trajectory_groups",
     "group_metrics",

@@ -2,7 +2,9 @@
 
     <root>/<project>/models/<name>/
         model.json
-        history.jsonl                      one JSON object per step and split
+        history.jsonl                      one JSON object per step and split: a training step's row
+                                           has "kind" ("grpo"/"sft"); a logged or evaluated row has
+                                           "split" ("val", ...) and the step it scored
         trajectories/<split>/<step>.jsonl  one TrajectoryGroup per line
         checkpoints/<step>/                a PEFT adapter (+ optimizer state)
 
@@ -117,10 +119,24 @@ class RunDir:
     def append_history(self, record: dict[str, Any]) -> None:
         atomic_append_line(self.history_path, json.dumps(record, sort_keys=True))
 
-    def read_history(self) -> list[dict[str, Any]]:
+    def read_history(self, split: str | None = None) -> list[dict[str, Any]]:
+        """Every history row, or those of one split (a training step's row counts as "train")."""
         if not self.history_path.exists():
             return []
-        return [json.loads(line) for line in self.history_path.read_text().splitlines() if line.strip()]
+        rows = [json.loads(line) for line in self.history_path.read_text().splitlines() if line.strip()]
+        return rows if split is None else [r for r in rows if r.get("split", "train") == split]
+
+    def metrics_by_step(self, split: str = "val") -> dict[int, dict[str, Any]]:
+        """The numbers of a split's rows by step, keyed ``<split>/<name>`` (``val/reward_mean``).
+
+        When a step was logged twice, the later row wins.
+        """
+        out: dict[int, dict[str, Any]] = {}
+        for row in self.read_history(split):
+            if isinstance(row.get("step"), int):
+                out[row["step"]] = {f"{split}/{k}": v for k, v in row.items()
+                                    if k not in ("step", "split", "time") and isinstance(v, (int, float))}
+        return dict(sorted(out.items()))
 
     def write_trajectories(self, split: str, step: int, groups: Iterable[TrajectoryGroup]) -> Path:
         path = self.trajectories_path(split, step)

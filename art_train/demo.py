@@ -1,16 +1,19 @@
-"""`art demo`: train smollm2-135m to answer briefly, through the same public API a user would write.
+"""`art demo`: train smollm2-135m to add two-digit numbers correctly, and show it on numbers it never saw.
 
-The task: short questions whose answer is one word or a number. The reward is computed from the
-reply alone (no judge): 1.0 for a reply of at most a few words that ends on its own, falling
-linearly with length, 0 when it runs out of tokens or says nothing. It rewards brevity, not
-correctness: after training the answers are short, and not always right. SmolLM2 starts out
-chatty, so the reward has room to rise, and brevity is learnt within a few GRPO steps.
+The default task is two-digit addition ("What is 23 + 45? Reply with the number only."), rewarded
+1.0 when the last number in the reply is the sum (checked in code, no judge). The demo measures the
+base model (step 0) on 64 held-out questions, trains GRPO on questions from a disjoint training
+split (8 questions x 6 sampled replies a step), measures the trained step on the same held-out
+questions, and prints both with 95% intervals and the paired difference. Everything goes through
+the public API a user would write: `TrainableModel`, `gather_trajectory_groups`, `train`,
+`art.evaluate`, `art.compare`. `--task brevity` is the older demo: a reward for short replies.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import random
 import time
 from pathlib import Path
@@ -21,108 +24,155 @@ from rich.table import Table
 
 import art_core as art
 
-__all__ = ["QUESTIONS", "brevity_reward", "run_demo"]
+from .demo_tasks import DemoTask, brevity_reward, demo_task
+
+__all__ = ["DEFAULTS", "brevity_reward", "demo", "run_demo"]
 
 console = Console()
 
-QUESTIONS = [
-    "What is the capital of France?", "How many legs does a spider have?", "What color is the sky on a clear day?",
-    "What is 7 times 8?", "Which planet is closest to the sun?", "What is the opposite of hot?",
-    "How many days are in a week?", "What is the chemical symbol for gold?", "What animal says moo?",
-    "What is the largest ocean on Earth?", "What is 15 plus 27?", "Who wrote Romeo and Juliet?",
-    "What gas do plants breathe in?", "How many continents are there?", "What is frozen water called?",
-    "What is the square root of 81?", "Which month comes after June?", "What language is spoken in Brazil?",
-    "What is the tallest animal?", "How many hours are in a day?", "What is the boiling point of water in Celsius?",
-    "What shape has three sides?", "What is the capital of Japan?", "What do bees make?",
-]
-SYSTEM = "Answer the question."
-MAX_TOKENS = 40
+# steps, groups a step, rollouts a group, learning rate; chosen on the dev split (see docs/serving.md)
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "addition": {"steps": 12, "groups": 8, "group_size": 6, "learning_rate": 3e-4},
+    "brevity": {"steps": 16, "groups": 6, "group_size": 6, "learning_rate": 3e-4},
+}
 
 
-def brevity_reward(text: str, finish_reason: str | None) -> float:
-    """1.0 for a finished reply of 1-3 words, falling to 0 at 30 words; 0 when cut off or empty."""
-    words = len(text.split())
-    if finish_reason == "length" or words == 0:
-        return 0.0
-    return max(0.0, min(1.0, 1.0 - (words - 3) / 27))
-
-
-async def rollout(model: art.TrainableModel, client: Any, question: str) -> art.Trajectory:
-    with art.capture() as traj:
-        r = await client.chat.completions.create(
-            model=model.served_name(), max_tokens=MAX_TOKENS, temperature=1.0,
-            messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}])
-    choice = r.choices[0]
-    traj.reward = brevity_reward(choice.message.content or "", choice.finish_reason)
-    traj.metrics["words"] = len((choice.message.content or "").split())
-    return traj
-
-
-def plot(history: list[dict[str, float]], path: Path) -> None:
+def plot(task: DemoTask, history: list[dict[str, Any]], held_out: dict[int, art.EvalResult], split: str,
+         path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot([h["step"] for h in history], [h["reward"] for h in history], marker="o")
-    ax.set_xlabel("step")
-    ax.set_ylabel("mean reward (rollouts before the step)")
-    ax.set_title("art demo: brevity reward")
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    # a step's rollouts were sampled from the checkpoint before it: plot them at that checkpoint
+    ax.plot([h["step"] - 1 for h in history], [h["reward"] for h in history], marker=".", label="training rollouts")
+    steps = sorted(held_out)
+    means = [held_out[s].mean for s in steps]
+    errs = [[held_out[s].mean - held_out[s].ci[0] for s in steps], [held_out[s].ci[1] - held_out[s].mean for s in steps]]
+    ax.errorbar(steps, means, yerr=errs, fmt="o", capsize=4, color="C3",
+                label=f"held-out {split} ({len(held_out[steps[0]].task_ids)} questions, greedy, 95% CI)")
+    ax.set_xlabel("checkpoint step")
+    ax.set_ylabel(task.title)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title(f"art demo: {task.name}")
     ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
-async def demo(steps: int, output: Path, base_model: str, groups: int, group_size: int, lr: float, seed: int) -> list[dict]:
+def held_out_table(comparison: art.Comparison, split: str) -> Table:
+    table = Table(title=f"held-out {split} split ({len(comparison.task_ids)} questions, greedy)")
+    for col in ("checkpoint", "mean", "95% CI"):
+        table.add_column(col, justify="right")
+    for r in (comparison.base, comparison.other):
+        table.add_row(r.model, f"{r.mean:.3f}", f"[{r.ci[0]:.3f}, {r.ci[1]:.3f}]")
+    low, high = comparison.ci
+    table.add_row("[bold]trained - base[/bold]", f"[bold]{comparison.diff:+.3f}[/bold]",
+                  f"[{low:+.3f}, {high:+.3f}]  p={comparison.p_value:.4f}")
+    return table
+
+
+async def demo(
+    *,
+    steps: int,
+    output: Path,
+    base_model: str,
+    groups: int,
+    group_size: int,
+    lr: float,
+    seed: int,
+    task: str = "addition",
+    eval_split: str = "test",
+    eval_every: int = 0,
+    eval_size: int | None = None,
+) -> dict[str, Any]:
+    """Evaluate step 0, train `steps` GRPO steps, evaluate the last step; returns the summary it writes.
+
+    `eval_every` > 0 also evaluates every that many steps (for choosing settings on the dev split);
+    `eval_size` evaluates on the first that many held-out questions (tests).
+    """
     from .local import LocalBackend
 
+    t_start = time.perf_counter()
+    spec = demo_task(task)
+    if eval_split not in ("test", "dev") or eval_split not in spec.splits:
+        raise ValueError(f"eval_split {eval_split!r}: task {task!r} has held-out splits "
+                         f"{sorted(k for k in spec.splits if k != 'train')} (test: the reported numbers, dev: for tuning)")
+    held_out_questions = spec.splits[eval_split][:eval_size]
+    train_questions = spec.splits["train"]
     rng = random.Random(seed)
     output.mkdir(parents=True, exist_ok=True)
     backend = LocalBackend(path=output / ".art")
     # short rows: the trainer packs up to max_seq_len tokens into one forward pass; with the default
-    # 4096 the demo peaked at 17.9 GB RSS, with 512 at 10.8 GB (measured on 2 cores)
-    model = art.TrainableModel(name=f"demo-{int(time.time())}", project="demo", base_model=base_model,
-                               config=art.ModelConfig(max_seq_len=512))
-    history: list[dict[str, float]] = []
-    table = Table(title="art demo")
-    for col in ("step", "reward mean", "words", "loss", "seconds"):
-        table.add_column(col, justify="right")
+    # 4096 the brevity demo peaked at 17.9 GB RSS, with 512 at 10.8 GB (measured on 2 cores)
+    model = art.TrainableModel(name=f"{task}-{int(time.time())}", project="demo", base_model=base_model,
+                               config=art.ModelConfig(max_seq_len=512, seed=seed), metadata={"task_set": task})
+    val = art.PeriodicEval(spec.eval_rollout, held_out_questions, every=eval_every or max(steps, 1), seed=seed,
+                           task_id=lambda q: q.id, split=eval_split if eval_split != "test" else "val",
+                           show_progress=False)
+    history: list[dict[str, Any]] = []
     try:
         with console.status("loading the model (the first run converts smollm2-135m once)"):
             await model.register(backend)
-        client = model.openai_client()
-        for step in range(steps):
+        t0 = time.perf_counter()
+        with console.status(f"step 0: scoring the base model on {len(held_out_questions)} held-out questions"):
+            base = await val(model)
+        assert base is not None
+        console.print(f"base model (step 0), held-out {eval_split}: {base.mean:.3f} "
+                      f"[{base.ci[0]:.3f}, {base.ci[1]:.3f}] ({time.perf_counter() - t0:.1f}s)")
+        for step in range(1, steps + 1):
             t0 = time.perf_counter()
-            batch = rng.sample(QUESTIONS, groups)
+            batch = rng.sample(train_questions, groups)
             gathered = await art.gather_trajectory_groups(
-                (art.TrajectoryGroup(rollout(model, client, q) for _ in range(group_size)) for q in batch),
-                pbar_desc=f"step {step + 1}/{steps} rollouts")
+                (art.TrajectoryGroup(spec.rollout(model, q) for _ in range(group_size)) for q in batch),
+                pbar_desc=f"step {step}/{steps} rollouts")
             metrics = art.group_metrics(gathered)
             result = await model.train(gathered, config=art.TrainConfig(learning_rate=lr))
-            seconds = time.perf_counter() - t0
-            row = {"step": step + 1, "reward": metrics["reward_mean"], "words": metrics.get("metric/words", 0.0),
-                   "loss": float(result.metrics.get("loss", float("nan"))), "seconds": seconds}
+            evaluated = await val(model, result, force=step == steps)
+            row = {"step": result.step, "reward": metrics["reward_mean"],
+                   "chars": metrics.get("metric/chars", 0.0), "loss": float(result.metrics.get("loss", float("nan"))),
+                   "seconds": time.perf_counter() - t0}
+            if evaluated is not None:
+                row["held_out"] = evaluated.mean
             history.append(row)
-            table.add_row(str(step + 1), f"{row['reward']:.3f}", f"{row['words']:.1f}", f"{row['loss']:.4f}",
-                          f"{seconds:.1f}")
-            console.print(f"step {step + 1}: reward {row['reward']:.3f}, {row['words']:.1f} words, {seconds:.1f}s")
+            extra = f", held-out {evaluated.mean:.3f}" if evaluated is not None else ""
+            console.print(f"step {step}: training reward {row['reward']:.3f}, {row['chars']:.0f} chars, "
+                          f"{row['seconds']:.1f}s{extra}")
     finally:
         await backend.close()
-    console.print(table)
-    if history:
-        plot(history, output / "reward.png")
-        console.print(f"run directory: {output / '.art' / 'demo' / 'models' / model.name}")
-        console.print(f"reward curve: {output / 'reward.png'}")
-    return history
+    trained = val.last
+    assert trained is not None
+    comparison = art.compare(base, trained, seed=seed)
+    wall = time.perf_counter() - t_start
+    run_dir = output / ".art" / "demo" / "models" / model.name
+    summary = {
+        "task": task, "base_model": base_model, "seed": seed, "steps": steps, "groups": groups,
+        "group_size": group_size, "learning_rate": lr, "eval_split": eval_split,
+        "held_out_questions": len(held_out_questions), "wall_s": round(wall, 1),
+        "base": base.to_dict(), "trained": trained.to_dict(), "comparison": comparison.to_dict(),
+        "held_out_by_step": {s: r.mean for s, r in sorted(val.results.items())},
+        "history": history, "run_dir": str(run_dir),
+    }
+    (output / "demo.json").write_text(json.dumps(summary, indent=2) + "\n")
+    plot(spec, history, val.results, eval_split, output / "reward.png")
+    console.print(held_out_table(comparison, eval_split))
+    console.print(f"run directory: {run_dir}")
+    console.print(f"plot: {output / 'reward.png'}   summary: {output / 'demo.json'}   wall {wall:.0f}s")
+    return summary
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    history = asyncio.run(demo(
-        steps=args.steps or 16, output=Path(args.output), base_model=args.model, groups=args.groups or 6,
-        group_size=args.group_size or 6, lr=args.learning_rate or 3e-4, seed=args.seed))
-    if len(history) >= 2:
-        first, last = history[0]["reward"], history[-1]["reward"]
-        console.print(f"reward went from {first:.3f} to {last:.3f}")
+    task = getattr(args, "task", None) or "addition"
+    d = DEFAULTS[task]
+    summary = asyncio.run(demo(
+        steps=args.steps or d["steps"], output=Path(args.output), base_model=args.model,
+        groups=args.groups or d["groups"], group_size=args.group_size or d["group_size"],
+        lr=args.learning_rate or d["learning_rate"], seed=args.seed, task=task,
+        eval_split=getattr(args, "eval_split", None) or "test", eval_every=getattr(args, "eval_every", None) or 0))
+    c = summary["comparison"]
+    console.print(f"held-out {summary['eval_split']}: {c['base_mean']:.3f} -> {c['other_mean']:.3f} "
+                  f"({c['diff']:+.3f}, 95% CI [{c['ci'][0]:+.3f}, {c['ci'][1]:+.3f}])")
     return 0
