@@ -1,16 +1,20 @@
-"""The `Backend` protocol: what a model needs from whatever trains and serves it."""
+"""The `Backend` protocol: what a model needs from whatever trains and serves it.
+
+A backend is handed the model itself; it reads the model's names and, to send it over the wire,
+its serialised form (`ModelLike`). So this module does not import `model.py`: `Model` depends on
+`Backend`, never the other way round.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
 from .config import SFTConfig, TrainConfig
 from .trajectory import Trajectory, TrajectoryGroup
 
-if TYPE_CHECKING:
-    from .model import Model
+DEFAULT_BEST_METRIC = "val/reward_mean"
 
 
 class Registration(BaseModel):
@@ -29,26 +33,47 @@ class TrainResult(BaseModel):
     metrics: dict[str, Any] = Field(default_factory=dict)
 
 
+class ModelLike(Protocol):
+    """What a backend reads from the model it is given (`art_core.Model` and `TrainableModel` are such)."""
+
+    name: str
+    project: str
+    base_model: str | None
+    trainable: bool
+
+    def model_dump(self, *, mode: str = "python", **kwargs: Any) -> dict[str, Any]: ...
+
+
 @runtime_checkable
 class Backend(Protocol):
     """Trains and serves models. `art_train.LocalBackend` and `RemoteBackend` implement it."""
 
-    async def register(self, model: Model) -> Registration: ...
+    async def register(self, model: ModelLike) -> Registration: ...
 
-    async def get_step(self, model: Model) -> int: ...
+    async def get_step(self, model: ModelLike) -> int: ...
 
     async def train(
-        self, model: Model, groups: list[TrajectoryGroup], config: TrainConfig, *, verbose: bool = True
+        self, model: ModelLike, groups: list[TrajectoryGroup], config: TrainConfig, *, verbose: bool = True
     ) -> TrainResult: ...
 
     async def train_sft(
-        self, model: Model, trajectories: list[Trajectory], config: SFTConfig, *, verbose: bool = True
+        self, model: ModelLike, trajectories: list[Trajectory], config: SFTConfig, *, verbose: bool = True
     ) -> TrainResult: ...
 
-    async def log(self, model: Model, groups: list[TrajectoryGroup], split: str, step: int | None) -> dict[str, Any]: ...
+    async def log(
+        self, model: ModelLike, groups: list[TrajectoryGroup], split: str, step: int | None
+    ) -> dict[str, Any]: ...
 
-    async def list_checkpoints(self, model: Model) -> list[int]: ...
+    async def list_checkpoints(self, model: ModelLike) -> list[int]: ...
 
-    async def delete_checkpoints(self, model: Model, steps: list[int] | None = None) -> list[int]: ...
+    async def delete_checkpoints(
+        self,
+        model: ModelLike,
+        steps: list[int] | None = None,
+        *,
+        best_checkpoint_metric: str | None = DEFAULT_BEST_METRIC,
+    ) -> list[int]:
+        """Delete `steps`, or (None) every checkpoint but the newest and the best by `best_checkpoint_metric`."""
+        ...
 
     async def close(self) -> None: ...

@@ -94,3 +94,19 @@ class ModelConfig(BaseModel):
     )
     tool_parser: str = Field("hermes", description="How tool calls are parsed from the model's text.")
     seed: int = Field(0, description="Seed for the LoRA's initialisation.")
+    retain_checkpoints: int | None = Field(
+        3,
+        ge=1,
+        description=(
+            "After each training step keep the newest N checkpoints, step 0 (the base, for held-out "
+            "comparisons) and the best by `best_checkpoint_metric`, and delete the rest; None keeps all. "
+            "Resuming needs only the newest, so a run resumes after any retention."
+        ),
+    )
+    best_checkpoint_metric: str | None = Field(
+        "val/reward_mean",
+        description=(
+            "History metric that names the best checkpoint, higher is better: 'val/reward_mean' is the "
+            "reward_mean of the split-'val' rows logged for a step. Steps never evaluated are never 'best'."
+        ),
+    )

@@ -9,7 +9,7 @@ import httpx
 import openai
 from pydantic import BaseModel, Field, PrivateAttr
 
-from .backend import Backend, Registration, TrainResult
+from .backend import DEFAULT_BEST_METRIC, Backend, Registration, TrainResult
 from .config import ModelConfig, SFTConfig, TrainConfig
 from .openai_capture import CapturingTransport
 from .rundir import check_name
@@ -143,9 +143,21 @@ class TrainableModel(Model):
     async def list_checkpoints(self) -> list[int]:
         return await self.backend().list_checkpoints(self)
 
-    async def delete_checkpoints(self, steps: list[int] | None = None) -> list[int]:
-        """Delete the given checkpoints, or all but the newest when `steps` is None; returns those deleted."""
-        return await self.backend().delete_checkpoints(self, steps)
+    async def delete_checkpoints(
+        self, steps: list[int] | None = None, *, best_checkpoint_metric: str | None = DEFAULT_BEST_METRIC
+    ) -> list[int]:
+        """Delete the given checkpoints; with `steps` None, every one but the newest and the best.
+
+        The best is the step with the highest `best_checkpoint_metric` in the run's history:
+        ``"val/reward_mean"`` is the ``reward_mean`` of the rows that ``model.log(..., split="val")``
+        (or an evaluation) wrote for that step. Steps never evaluated cannot be the best; with no
+        such rows (or ``best_checkpoint_metric=None``) only the newest stays. Returns the steps deleted.
+
+        Example:
+            await model.log(val_groups, split="val")          # after each evaluation
+            await model.delete_checkpoints()                  # keeps the best on val and the newest
+        """
+        return await self.backend().delete_checkpoints(self, steps, best_checkpoint_metric=best_checkpoint_metric)
 
 
 def _as_groups(items: Iterable[Any]) -> list[TrajectoryGroup]:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from rich.progress import Progress
 
-from .backend import Registration, TrainResult
+from .backend import DEFAULT_BEST_METRIC, Registration, TrainResult
 from .config import SFTConfig, TrainConfig
 from .trajectory import Trajectory, TrajectoryGroup
 
@@ -104,8 +104,11 @@ class RemoteBackend:
     async def list_checkpoints(self, model: Model) -> list[int]:
         return list((await self._json("GET", f"/art/v1/models/{model.name}/checkpoints"))["steps"])
 
-    async def delete_checkpoints(self, model: Model, steps: list[int] | None = None) -> list[int]:
-        data = await self._json("POST", f"/art/v1/models/{model.name}/checkpoints/delete", {"steps": steps})
+    async def delete_checkpoints(
+        self, model: Model, steps: list[int] | None = None, *, best_checkpoint_metric: str | None = DEFAULT_BEST_METRIC
+    ) -> list[int]:
+        body = {"steps": steps, "best_checkpoint_metric": best_checkpoint_metric}
+        data = await self._json("POST", f"/art/v1/models/{model.name}/checkpoints/delete", body)
         return list(data["deleted"])
 
     async def close(self) -> None:

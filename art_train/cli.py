@@ -72,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from .config import BackendConfig
     from .server import create_app
     from .service import ModelService
 
@@ -79,8 +80,8 @@ def serve(args: argparse.Namespace) -> int:
         console.print(f"[red]--host {args.host} is reachable from other machines: pass --api-key KEY "
                       "(or set ART_API_KEY), or bind 127.0.0.1[/red]")
         return 2
-    service = ModelService(root=args.path, engine=args.engine, device=args.device,
-                           vllm_python=args.vllm_python, engine_dtype=args.engine_dtype)
+    service = ModelService(BackendConfig(path=args.path, engine=args.engine, device=args.device, port=args.port,
+                                         vllm_python=args.vllm_python, engine_dtype=args.engine_dtype))
     app = create_app(service, api_key=args.api_key)
 
     @app.on_event("shutdown")

@@ -18,7 +18,9 @@ from typing import Any, TypeVar
 from rich.progress import Progress
 
 from art_core import Model, Registration, SFTConfig, TrainConfig, TrainResult, Trajectory, TrajectoryGroup
+from art_core.backend import DEFAULT_BEST_METRIC
 
+from .config import BackendConfig
 from .service import ModelService
 
 __all__ = ["LocalBackend"]
@@ -36,8 +38,8 @@ class LocalBackend:
         engine: "transformers" or "vllm"; None uses each model's ``config.engine``.
         device: torch device ("cpu", "cuda"); default cuda when available.
         port: port for the OpenAI endpoint; 0 picks a free one.
-        engine_dtype: dtype of the transformers engine's weights (e.g. "float32"); None: the model's
-            config.dtype, whose "auto" serves bfloat16 on CPUs with native bfloat16, float32 on others.
+        vllm_python, sync_tolerance, engine_dtype: see `BackendConfig`.
+        config: all of the above as one `BackendConfig` (then pass none of them).
 
     Example:
         backend = LocalBackend()
@@ -55,10 +57,17 @@ class LocalBackend:
         vllm_python: str | None = None,
         sync_tolerance: float | None = None,
         engine_dtype: str | None = None,
+        config: BackendConfig | None = None,
     ) -> None:
-        self.service = ModelService(root=path, engine=engine, device=device, vllm_python=vllm_python,
-                                    sync_tolerance=sync_tolerance, engine_dtype=engine_dtype)
-        self.port = port
+        options = {"path": path, "engine": engine, "device": device, "port": port, "vllm_python": vllm_python,
+                   "sync_tolerance": sync_tolerance, "engine_dtype": engine_dtype}
+        if config is None:
+            config = BackendConfig(**options)
+        elif any(v not in (None, 0) for v in options.values()):
+            raise TypeError("pass either config=BackendConfig(...) or its fields, not both")
+        self.config = config
+        self.service = ModelService(config)
+        self.port = config.port
         self.url: str | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -136,8 +145,9 @@ class LocalBackend:
     async def list_checkpoints(self, model: Model) -> list[int]:
         return await self._call(self.service.list_checkpoints(model.name))
 
-    async def delete_checkpoints(self, model: Model, steps: list[int] | None = None) -> list[int]:
-        return await self._call(self.service.delete_checkpoints(model.name, steps))
+    async def delete_checkpoints(self, model: Model, steps: list[int] | None = None, *,
+                                 best_checkpoint_metric: str | None = DEFAULT_BEST_METRIC) -> list[int]:
+        return await self._call(self.service.delete_checkpoints(model.name, steps, best_checkpoint_metric))
 
     async def close(self) -> None:
         """Stop the server and the engines (idempotent)."""

@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from art_core import Model, Registration, SFTConfig, TrainableModel, TrainConfig, Trajectory, TrajectoryGroup
+from art_core.backend import DEFAULT_BEST_METRIC
 
 from .engines.base import ChatRequest, EngineError, SamplingParams
 from .service import ModelService, ServiceError
@@ -88,6 +89,7 @@ class _LogBody(BaseModel):
 
 class _DeleteBody(BaseModel):
     steps: list[int] | None = None
+    best_checkpoint_metric: str | None = DEFAULT_BEST_METRIC
 
 
 def _error(status: int, message: str, type: str, code: str | None = None) -> JSONResponse:
@@ -207,13 +209,13 @@ def create_app(service: ModelService, *, api_key: str | None = None) -> FastAPI:
     @app.post("/art/v1/models/{name}/train")
     async def train(name: str, request: Request) -> StreamingResponse:
         body: _TrainBody = _parse(_TrainBody, await _json(request))
-        service._trainable(name)  # unknown model: a 404 before the stream starts
+        service.check_trainable(name)  # unknown model: a 404 before the stream starts
         return _stream_training(lambda p: service.train(name, body.groups, body.config, p))
 
     @app.post("/art/v1/models/{name}/train_sft")
     async def train_sft(name: str, request: Request) -> StreamingResponse:
         body: _SFTBody = _parse(_SFTBody, await _json(request))
-        service._trainable(name)
+        service.check_trainable(name)
         return _stream_training(lambda p: service.train_sft(name, body.trajectories, body.config, p))
 
     @app.post("/art/v1/models/{name}/log")
@@ -228,7 +230,7 @@ def create_app(service: ModelService, *, api_key: str | None = None) -> FastAPI:
     @app.post("/art/v1/models/{name}/checkpoints/delete")
     async def delete(name: str, request: Request) -> dict[str, list[int]]:
         body: _DeleteBody = _parse(_DeleteBody, await _json(request))
-        return {"deleted": await service.delete_checkpoints(name, body.steps)}
+        return {"deleted": await service.delete_checkpoints(name, body.steps, body.best_checkpoint_metric)}
 
     return app
 

@@ -1,18 +1,18 @@
 """The model registry behind both `art serve` and `LocalBackend`.
 
 It owns, per registered model: the engine that serves it (one engine per base model, shared), the
-`Trainer`, the served step, and a gate that holds the model's inference while a step trains.
-A training step goes: hold (new requests wait, those in flight finish) -> train -> load the new
-adapter into the engine -> weight-sync check (engine logprobs on a probe == trainer logprobs for
-that checkpoint) -> serve the new step -> resume. If the check fails, the step fails loudly and
-the previous step stays served.
+`Trainer`, the served step, and the one gate that holds the model's inference while a step trains
+(engines have none of their own). A training step goes: hold (new requests wait, those in flight
+finish) -> train -> load the new adapter into the engine -> weight-sync check (engine logprobs on a
+probe == trainer logprobs for that checkpoint) -> serve the new step -> checkpoint retention
+(`ModelConfig.retain_checkpoints`) -> resume. If the check fails, the step fails loudly and the
+previous step stays served.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -21,6 +21,7 @@ from typing import Any
 
 from art_core import (
     Model,
+    ModelConfig,
     RunDir,
     SFTConfig,
     TrainableModel,
@@ -31,9 +32,10 @@ from art_core import (
 )
 from art_core.metrics import group_metrics
 
-from .engines.base import ChatRequest, Engine, EngineError, Gate
+from .config import BackendConfig
+from .engines.base import ChatRequest, Engine, EngineError
 
-__all__ = ["ModelService", "ServiceError", "WeightSyncError", "split_served_name"]
+__all__ = ["Gate", "ModelService", "ServiceError", "WeightSyncError", "split_served_name"]
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +75,39 @@ def split_served_name(served: str) -> tuple[str, int | None]:
     return name, int(step)
 
 
+class Gate:
+    """Admission control for one model's inference: `hold` makes new requests wait and drains the rest."""
+
+    def __init__(self) -> None:
+        self._open = asyncio.Event()
+        self._open.set()
+        self._inflight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    async def enter(self) -> None:
+        while not self._open.is_set():
+            await self._open.wait()
+        self._inflight += 1
+        self._idle.clear()
+
+    def leave(self) -> None:
+        self._inflight -= 1
+        if self._inflight == 0:
+            self._idle.set()
+
+    async def hold(self) -> None:
+        self._open.clear()
+        await self._idle.wait()
+
+    def resume(self) -> None:
+        self._open.set()
+
+    @property
+    def held(self) -> bool:
+        return not self._open.is_set()
+
+
 @dataclass
 class _Entry:
     model: Model
@@ -89,36 +124,21 @@ class ModelService:
     """Registers models, routes chat completions to their engine, trains and swaps adapters.
 
     Args:
-        root: run-directory root (default ``ART_HOME`` or ``./.art``).
-        engine: "transformers" or "vllm"; None uses each model's ``config.engine``.
-        device: torch device for the trainer and the transformers engine.
-        vllm_python: interpreter that runs vLLM (default ``ART_VLLM_PYTHON`` or this one).
-        sync_tolerance: largest allowed |engine logprob - trainer logprob| on the probe.
-        engine_dtype: weights' dtype in the transformers engine; None uses the model's ``config.dtype``,
-            whose "auto" is bfloat16 on a GPU or on a CPU with native bfloat16 (AVX512-BF16, AMX;
-            ~1.5x faster there than float32) and float32 on other CPUs. The trainer is unaffected.
+        config: the backend's `BackendConfig` (run-directory root, engine, device, dtype, tolerance).
+        make_engine: builds the engine for a model instead of the bundled ones (called once per base
+            model, then started); tests pass a fake that wraps a Python function (tests/support).
+
+    Example:
+        service = ModelService(BackendConfig(path="/data/art"))
+        app = create_app(service)
     """
 
-    def __init__(
-        self,
-        *,
-        root: str | os.PathLike[str] | None = None,
-        engine: str | None = None,
-        device: str | None = None,
-        vllm_python: str | None = None,
-        sync_tolerance: float | None = None,
-        trainer_factory: Callable[[TrainableModel, RunDir], Any] | None = None,
-        engine_dtype: str | None = None,
-    ) -> None:
-        if engine_dtype not in (None, "auto", "float32", "bfloat16", "float16"):
-            raise ValueError(f"engine_dtype {engine_dtype!r}: use 'auto', 'float32', 'bfloat16' or 'float16'")
-        self.engine_dtype = engine_dtype
-        self.root = root
-        self.engine_kind = engine
-        self.device = device
-        self.vllm_python = vllm_python
-        self.sync_tolerance = sync_tolerance
-        self.trainer_factory = trainer_factory or self._make_trainer
+    def __init__(self, config: BackendConfig | None = None, *, make_engine: Callable[[Model], Engine] | None = None,
+                 **options: Any) -> None:
+        self.config = config if config is not None else BackendConfig(**options)
+        if config is not None and options:
+            raise TypeError(f"pass either a BackendConfig or its fields ({sorted(options)}), not both")
+        self._make_engine = make_engine
         self._entries: dict[str, _Entry] = {}
         self._engines: dict[tuple[str, str, str], Engine] = {}
         self._register_lock = asyncio.Lock()
@@ -127,30 +147,37 @@ class ModelService:
     def _make_trainer(self, model: TrainableModel, rundir: RunDir) -> Any:
         from .trainer import Trainer
 
-        return Trainer(model, rundir, device=self.device)
+        return Trainer(model, rundir, device=self.config.device)
 
     async def _engine_for(self, model: Model) -> Engine:
-        from .models import resolve_base_model
-
         config = getattr(model, "config", None)
-        kind = self.engine_kind or getattr(config, "engine", None) or "transformers"
-        path = await asyncio.to_thread(resolve_base_model, model.base_model or "")
-        dtype = (self.engine_dtype if kind == "transformers" else None) or getattr(config, "dtype", "auto")
-        key = (str(path), kind, dtype)
+        if self._make_engine is not None:
+            key = (model.base_model or "", "custom", "")
+            build: Callable[[], Engine] = lambda: self._make_engine(model)  # noqa: E731
+        else:
+            from .models import resolve_base_model
+
+            kind = self.config.engine or getattr(config, "engine", None) or "transformers"
+            path = await asyncio.to_thread(resolve_base_model, model.base_model or "")
+            dtype = (self.config.engine_dtype if kind == "transformers" else None) or getattr(config, "dtype", "auto")
+            key = (str(path), kind, dtype)
+            build = lambda: self._bundled_engine(kind, path, config, dtype)  # noqa: E731
         if key not in self._engines:
-            if kind == "transformers":
-                from .engines.transformers_engine import TransformersEngine
-
-                engine: Engine = TransformersEngine(path, model_config=config, device=self.device, dtype=dtype)
-            elif kind == "vllm":
-                from .engines.vllm_engine import VLLMEngine
-
-                engine = VLLMEngine(path, model_config=config, python=self.vllm_python)
-            else:
-                raise ServiceError(f"unknown engine {kind!r}; use 'transformers' or 'vllm'")
+            engine = build()
             await engine.start()
             self._engines[key] = engine
         return self._engines[key]
+
+    def _bundled_engine(self, kind: str, path: Path, model_config: Any, dtype: str) -> Engine:
+        if kind == "transformers":
+            from .engines.transformers_engine import TransformersEngine
+
+            return TransformersEngine(path, model_config=model_config, device=self.config.device, dtype=dtype)
+        if kind == "vllm":
+            from .engines.vllm_engine import VLLMEngine
+
+            return VLLMEngine(path, model_config=model_config, python=self.config.vllm_python)
+        raise ServiceError(f"unknown engine {kind!r}; use 'transformers' or 'vllm'")
 
     async def register(self, model: Model) -> _Entry:
         """Set up serving (and for a trainable model, its trainer and newest checkpoint)."""
@@ -173,9 +200,9 @@ class ModelService:
             if isinstance(model, TrainableModel) or model.trainable:
                 model = model if isinstance(model, TrainableModel) else TrainableModel.model_validate(model.model_dump())
                 entry.model = model
-                entry.rundir = RunDir(model.project, model.name, self.root)
+                entry.rundir = RunDir(model.project, model.name, self.config.path)
                 entry.rundir.write_model(model.model_dump(mode="json"))
-                entry.trainer = await asyncio.to_thread(self.trainer_factory, model, entry.rundir)
+                entry.trainer = await asyncio.to_thread(self._make_trainer, model, entry.rundir)
                 entry.step = int(entry.trainer.step)
                 await self._load_and_verify(entry, entry.step)
             self._entries[model.name] = entry
@@ -253,6 +280,10 @@ class ModelService:
         return chunks()
 
     # -- training ------------------------------------------------------------------------------
+    def check_trainable(self, name: str) -> None:
+        """ServiceError (404 or 400) unless `name` is a registered trainable model."""
+        self._trainable(name)
+
     def _trainable(self, name: str) -> _Entry:
         entry = self.entry(name)
         if entry.trainer is None:
@@ -260,13 +291,12 @@ class ModelService:
         return entry
 
     def _tolerance(self, entry: _Entry) -> float:
-        if self.sync_tolerance is not None:
-            return self.sync_tolerance
-        engine_tol = getattr(entry.engine, "sync_tolerance", None)
-        if engine_tol is not None:
-            return float(engine_tol)
+        if self.config.sync_tolerance is not None:
+            return self.config.sync_tolerance
+        if entry.engine.sync_tolerance is not None:
+            return float(entry.engine.sync_tolerance)
         dtype = getattr(getattr(entry.model, "config", None), "dtype", "auto")
-        full = dtype == "float32" or (dtype == "auto" and (self.device or "cpu").startswith("cpu"))
+        full = dtype == "float32" or (dtype == "auto" and (self.config.device or "cpu").startswith("cpu"))
         return 2e-3 if full else 0.1
 
     def probe_ids(self, entry: _Entry) -> list[int]:
@@ -284,9 +314,8 @@ class ModelService:
         t0 = time.perf_counter()
         ids = self.probe_ids(entry)
         # the trainer's side of the probe runs while the engine loads: the two overlap
-        reference = getattr(entry.engine, "sync_reference_dtype", None)
         trained_task = asyncio.ensure_future(
-            asyncio.to_thread(entry.trainer.sequence_logprobs, ids, step, reference))
+            asyncio.to_thread(entry.trainer.sequence_logprobs, ids, step, entry.engine.sync_reference_dtype))
         try:
             await entry.engine.load_adapter(adapter, path or entry.rundir.checkpoint_path(step))
             entry.loaded.add(step)
@@ -325,7 +354,8 @@ class ModelService:
                 sync = await self._load_and_verify(entry, result.step)
                 entry.step = result.step
                 report({"type": "progress", "phase": "swap", "done": 1, "total": 1})
-                return TrainResult(step=result.step, metrics={**result.metrics, **sync})
+                deleted = await self._retain(entry)  # inference is still held: no request uses an old step
+                return TrainResult(step=result.step, metrics={**result.metrics, **sync, "checkpoints/deleted": deleted})
             finally:
                 entry.gate.resume()
 
@@ -355,20 +385,48 @@ class ModelService:
         assert entry.rundir is not None
         return entry.rundir.checkpoint_steps()
 
-    async def delete_checkpoints(self, name: str, steps: list[int] | None) -> list[int]:
+    async def delete_checkpoints(self, name: str, steps: list[int] | None = None,
+                                 best_checkpoint_metric: str | None = None) -> list[int]:
+        """Delete `steps`, or (None) all but the newest and the best by `best_checkpoint_metric`."""
+        from .trainer.checkpoints import checkpoints_to_delete
+
         entry = self._trainable(name)
-        assert entry.rundir is not None
+        assert entry.rundir is not None and entry.step is not None
         existing = entry.rundir.checkpoint_steps()
         newest = entry.step
-        targets = [s for s in existing if s != newest] if steps is None else [s for s in steps if s in existing]
+        if steps is None:
+            history = await asyncio.to_thread(entry.rundir.read_history)
+            targets = checkpoints_to_delete(existing, newest, history=history, best_metric=best_checkpoint_metric)
+        else:
+            targets = [s for s in steps if s in existing]
         if newest in targets:
             raise ServiceError(f"checkpoint {newest} is the one being served and trained from; it cannot be deleted")
-        for step in targets:
+        await self._delete(entry, targets)
+        return targets
+
+    async def _retain(self, entry: _Entry) -> list[int]:
+        """Apply the model's retention (`ModelConfig.retain_checkpoints`) after a step; returns what went."""
+        from .trainer.checkpoints import checkpoints_to_delete
+
+        config: ModelConfig = entry.model.config  # type: ignore[attr-defined]
+        if config.retain_checkpoints is None or entry.rundir is None or entry.step is None:
+            return []
+        history = await asyncio.to_thread(entry.rundir.read_history)
+        targets = checkpoints_to_delete(entry.rundir.checkpoint_steps(), entry.step, history=history,
+                                        best_metric=config.best_checkpoint_metric,
+                                        keep_last=config.retain_checkpoints, keep_base=True)
+        await self._delete(entry, targets)
+        if targets:
+            logger.info("%s: retention deleted checkpoints %s", entry.model.name, targets)
+        return targets
+
+    async def _delete(self, entry: _Entry, steps: list[int]) -> None:
+        assert entry.trainer is not None
+        for step in steps:
             if step in entry.loaded:
                 entry.loaded.discard(step)
                 await entry.engine.unload_adapter(self.adapter_name(entry, step))
-            entry.rundir.delete_checkpoint(step)
-        return targets
+            await asyncio.to_thread(entry.trainer.checkpoints.delete, step)
 
     async def close(self) -> None:
         for engine in self._engines.values():

@@ -1,13 +1,12 @@
 """Inference engines behind one protocol: `transformers` (embedded) and `vllm` (its own process)."""
 
-from .base import ChatRequest, Engine, EngineError, Gate, SamplingParams
+from .base import ChatRequest, Engine, EngineError, SamplingParams
 from .tool_parsers import ParsedOutput, ToolParser, add_tool_parser, get_tool_parser, hermes, tool_parser
 
 __all__ = [
     "ChatRequest",
     "Engine",
     "EngineError",
-    "Gate",
     "ParsedOutput",
     "SamplingParams",
     "ToolParser",

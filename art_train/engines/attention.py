@@ -3,7 +3,10 @@
 On CPU, PyTorch's scaled-dot-product attention decodes one token from a bfloat16 cache ~4x slower
 than from a float32 one (5.4 ms against 1.1 ms a layer at 32 sequences of ~400 tokens), which cost
 more than bfloat16 weights saved. So a bfloat16 engine keeps its cache in float32 (`kv.grow_in_place`)
-and registers this attention: the query is raised to the cache's dtype and the output brought back.
+and uses this attention: the query is raised to the cache's dtype and the output brought back.
+
+Nothing is registered at import: `use_float32_cache_attention` registers it (once) when an engine
+switches a model to it.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
-__all__ = ["NAME", "use_float32_cache_attention"]
+__all__ = ["NAME", "register_float32_cache_attention", "use_float32_cache_attention"]
 
 NAME = "art_sdpa"
 
@@ -28,10 +31,18 @@ def _attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch
     return out.to(query.dtype), weights
 
 
-AttentionInterface.register(NAME, _attention)
-ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, sdpa_mask)
+def register_float32_cache_attention() -> None:
+    """Add the attention above to transformers' global registries under `NAME` (idempotent).
+
+    transformers 5.x (checked on 5.24) looks attention and mask functions up by the name in
+    ``config._attn_implementation``, in `AttentionInterface` and `ALL_MASK_ATTENTION_FUNCTIONS`;
+    a custom name must be in both before the model's first forward.
+    """
+    AttentionInterface.register(NAME, _attention)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, sdpa_mask)
 
 
 def use_float32_cache_attention(model: Any) -> None:
-    """Switch `model` (an sdpa model) to the attention above."""
+    """Switch `model` (an sdpa model) to the attention above, registering it first."""
+    register_float32_cache_attention()
     model.config._attn_implementation = NAME

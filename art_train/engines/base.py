@@ -1,18 +1,18 @@
 """The engine protocol: what the server needs from whatever runs the model.
 
 An engine serves one base model and any number of LoRA adapters, each under a name
-(``agent-001@3``). The service decides which adapter a request gets; the engine only runs it.
+(``agent-001@3``). The service decides which adapter a request gets, and holds requests while a
+step trains (its gate); the engine only runs what it is given.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["ChatRequest", "Engine", "EngineError", "Gate", "SamplingParams"]
+__all__ = ["ChatRequest", "Engine", "EngineError", "SamplingParams"]
 
 
 class EngineError(RuntimeError):
@@ -53,7 +53,17 @@ class ChatRequest:
 
 @runtime_checkable
 class Engine(Protocol):
-    """Start, serve chat completions, load adapters, hold and resume, stop."""
+    """Start, serve chat completions, load and unload adapters, answer the weight-sync probe, stop.
+
+    Attributes:
+        sync_tolerance: the largest |served - trained| probe logprob difference this engine can be
+            held to (None: the service's default for the model's precision).
+        sync_reference_dtype: when set, the trainer computes its side of the probe with the adapter
+            merged into the base at this dtype, as the engine serves it (None: in its own precision).
+    """
+
+    sync_tolerance: float | None
+    sync_reference_dtype: str | None
 
     async def start(self) -> None: ...
 
@@ -73,43 +83,4 @@ class Engine(Protocol):
         """log p(token_i | tokens before it) for i >= 1, as served (the weight-sync probe)."""
         ...
 
-    async def hold(self) -> None:
-        """Stop admitting requests (they wait) and return once those in flight are done."""
-        ...
-
-    async def resume(self) -> None: ...
-
     async def stop(self) -> None: ...
-
-
-class Gate:
-    """Admission control shared by the engines: `hold` makes new requests wait and drains the rest."""
-
-    def __init__(self) -> None:
-        self._open = asyncio.Event()
-        self._open.set()
-        self._inflight = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
-
-    async def enter(self) -> None:
-        while not self._open.is_set():
-            await self._open.wait()
-        self._inflight += 1
-        self._idle.clear()
-
-    def leave(self) -> None:
-        self._inflight -= 1
-        if self._inflight == 0:
-            self._idle.set()
-
-    async def hold(self) -> None:
-        self._open.clear()
-        await self._idle.wait()
-
-    def resume(self) -> None:
-        self._open.set()
-
-    @property
-    def held(self) -> bool:
-        return not self._open.is_set()

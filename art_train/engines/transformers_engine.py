@@ -27,7 +27,7 @@ import torch
 from ..models import chat_template_for, load_causal_lm, load_tokenizer, serving_dtype, template_messages
 from .adapters import BaseWeights, LoraPair, load_lora, probe_logprobs
 from .attention import use_float32_cache_attention
-from .base import ChatRequest, EngineError, Gate, SamplingParams
+from .base import ChatRequest, EngineError, SamplingParams
 from .kv import drop_leading, grow_in_place, select_rows
 from .tool_parsers import get_tool_parser
 
@@ -93,11 +93,11 @@ class TransformersEngine:
         # probe on its own weights merged at this precision, exactly as this engine does (see adapters).
         half = self.dtype in ("bfloat16", "float16")
         self.sync_reference_dtype: str | None = self.dtype if half and self.dtype != trainer_dtype else None
+        self.sync_tolerance: float | None = None  # exact at the reference dtype: the service's default
         self.max_batch = max_batch
         self.max_models = max_models
         self.max_seq_len = max_seq_len or getattr(model_config, "max_seq_len", None) or 4096
         self.parser = get_tool_parser(getattr(model_config, "tool_parser", None) or "hermes")
-        self.gate = Gate()
         self._adapters: dict[str, dict[str, LoraPair]] = {}
         self._models: OrderedDict[str | None, Any] = OrderedDict()
         self._incoming: queue.Queue[_Seq | Callable[[set[str | None]], None] | None] = queue.Queue()
@@ -145,12 +145,6 @@ class TransformersEngine:
         await asyncio.to_thread(self._thread.join, 30)
         self._thread = None
 
-    async def hold(self) -> None:
-        await self.gate.hold()
-
-    async def resume(self) -> None:
-        self.gate.resume()
-
     # -- adapters ------------------------------------------------------------------------------
     async def load_adapter(self, name: str, path: Path) -> None:
         lora = await asyncio.to_thread(load_lora, path)
@@ -162,9 +156,6 @@ class TransformersEngine:
         with self._lock:
             self._adapters.pop(name, None)
             self._models.pop(name, None)
-
-    def has_adapter(self, name: str) -> bool:
-        return name in self._adapters
 
     def _model_for(self, adapter: str | None, busy: set[str | None]) -> Any:
         """The model copy with `adapter` merged in; reuses the least recently used idle copy."""
@@ -251,80 +242,72 @@ class TransformersEngine:
         return prompt, seqs
 
     async def chat(self, request: ChatRequest) -> dict[str, Any]:
-        await self.gate.enter()
-        try:
-            loop = asyncio.get_running_loop()
-            done = loop.create_future()
-            remaining = [request.sampling.n]
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        remaining = [request.sampling.n]
 
-            def emit(seq: _Seq, final: bool) -> None:
-                if final:
-                    remaining[0] -= 1
-                    if remaining[0] == 0:
-                        loop.call_soon_threadsafe(lambda: done.done() or done.set_result(None))
+        def emit(seq: _Seq, final: bool) -> None:
+            if final:
+                remaining[0] -= 1
+                if remaining[0] == 0:
+                    loop.call_soon_threadsafe(lambda: done.done() or done.set_result(None))
 
-            prompt, seqs = self._submit(request, emit)
-            await done
-            for seq in seqs:
-                if seq.error is not None:
-                    raise EngineError(f"generation failed: {seq.error}") from seq.error
-            return self._response(request, prompt, seqs)
-        finally:
-            self.gate.leave()
+        prompt, seqs = self._submit(request, emit)
+        await done
+        for seq in seqs:
+            if seq.error is not None:
+                raise EngineError(f"generation failed: {seq.error}") from seq.error
+        return self._response(request, prompt, seqs)
 
     async def chat_stream(self, request: ChatRequest) -> AsyncIterator[dict[str, Any]]:
-        await self.gate.enter()
-        try:
-            loop = asyncio.get_running_loop()
-            events: asyncio.Queue[tuple[_Seq, int, bool]] = asyncio.Queue()
-            sent: dict[int, int] = {}
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[tuple[_Seq, int, bool]] = asyncio.Queue()
+        sent: dict[int, int] = {}
 
-            def emit(seq: _Seq, final: bool) -> None:
-                loop.call_soon_threadsafe(events.put_nowait, (seq, len(seq.tokens), final))
+        def emit(seq: _Seq, final: bool) -> None:
+            loop.call_soon_threadsafe(events.put_nowait, (seq, len(seq.tokens), final))
 
-            prompt, seqs = self._submit(request, emit)
-            rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
-            head = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": request.model}
-            for seq in seqs:
-                yield {**head, "choices": [{"index": seq.index, "delta": {"role": "assistant", "content": ""},
-                                            "finish_reason": None}]}
-            texts: dict[int, str] = {s.index: "" for s in seqs}
-            left = len(seqs)
-            while left:
-                seq, count, final = await events.get()
-                if seq.error is not None:
-                    raise EngineError(f"generation failed: {seq.error}") from seq.error
-                start = sent.get(seq.index, 0)
-                if not final and (request.tools or count <= start):
-                    continue  # with tools, the text is parsed once at the end
-                if not final:
-                    text = self._decode(seq.tokens[:count])
-                    delta_text, texts[seq.index] = text[len(texts[seq.index]):], text
-                    sent[seq.index] = count
-                    yield {**head, "choices": [{"index": seq.index, "delta": {"content": delta_text},
-                                                "logprobs": self._logprobs(seq, start, count, request),
-                                                "token_ids": seq.tokens[start:count], "finish_reason": None}]}
-                    continue
-                left -= 1
-                message = self._message(seq, request)
-                delta: dict[str, Any] = {}
-                if request.tools:
-                    delta = {k: v for k, v in message.items() if k in ("content", "tool_calls") and v}
-                    if "tool_calls" in delta:
-                        delta["tool_calls"] = [{"index": i, **c} for i, c in enumerate(delta["tool_calls"])]
-                else:
-                    full = message.get("content") or ""
-                    if full.startswith(texts[seq.index]):
-                        rest = full[len(texts[seq.index]):]
-                        if rest:
-                            delta = {"content": rest}
-                end = len(seq.tokens)
-                yield {**head, "choices": [{"index": seq.index, "delta": delta,
-                                            "logprobs": self._logprobs(seq, start, end, request),
-                                            "token_ids": seq.tokens[start:end], "finish_reason": seq.finish_reason}]}
-            yield {**head, "choices": [], "usage": self._usage(prompt, seqs)}
-        finally:
-            self.gate.leave()
+        prompt, seqs = self._submit(request, emit)
+        rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+        head = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": request.model}
+        for seq in seqs:
+            yield {**head, "choices": [{"index": seq.index, "delta": {"role": "assistant", "content": ""},
+                                        "finish_reason": None}]}
+        texts: dict[int, str] = {s.index: "" for s in seqs}
+        left = len(seqs)
+        while left:
+            seq, count, final = await events.get()
+            if seq.error is not None:
+                raise EngineError(f"generation failed: {seq.error}") from seq.error
+            start = sent.get(seq.index, 0)
+            if not final and (request.tools or count <= start):
+                continue  # with tools, the text is parsed once at the end
+            if not final:
+                text = self._decode(seq.tokens[:count])
+                delta_text, texts[seq.index] = text[len(texts[seq.index]):], text
+                sent[seq.index] = count
+                yield {**head, "choices": [{"index": seq.index, "delta": {"content": delta_text},
+                                            "logprobs": self._logprobs(seq, start, count, request),
+                                            "token_ids": seq.tokens[start:count], "finish_reason": None}]}
+                continue
+            left -= 1
+            message = self._message(seq, request)
+            delta: dict[str, Any] = {}
+            if request.tools:
+                delta = {k: v for k, v in message.items() if k in ("content", "tool_calls") and v}
+                if "tool_calls" in delta:
+                    delta["tool_calls"] = [{"index": i, **c} for i, c in enumerate(delta["tool_calls"])]
+            else:
+                full = message.get("content") or ""
+                if full.startswith(texts[seq.index]):
+                    rest = full[len(texts[seq.index]):]
+                    if rest:
+                        delta = {"content": rest}
+            end = len(seq.tokens)
+            yield {**head, "choices": [{"index": seq.index, "delta": delta,
+                                        "logprobs": self._logprobs(seq, start, end, request),
+                                        "token_ids": seq.tokens[start:end], "finish_reason": seq.finish_reason}]}
+        yield {**head, "choices": [], "usage": self._usage(prompt, seqs)}
 
     # -- response building ---------------------------------------------------------------------
     def _decode(self, ids: list[int]) -> str:

@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from .base import ChatRequest, EngineError, Gate
+from .base import ChatRequest, EngineError
 
 __all__ = ["VLLMEngine"]
 
@@ -75,8 +75,8 @@ class VLLMEngine:
         self.url = f"http://127.0.0.1:{self.port}"
         self.gpu = _on_gpu()
         # bfloat16 on CPU against a float32 trainer: rounding alone moves some probe tokens by ~0.25
-        self.sync_tolerance = 0.02 if self.gpu else 0.5
-        self.gate = Gate()
+        self.sync_tolerance: float | None = 0.02 if self.gpu else 0.5
+        self.sync_reference_dtype: str | None = None  # the trainer's own precision, within sync_tolerance
         self._adapters: dict[str, Path] = {}
         self._proc: subprocess.Popen[bytes] | None = None
         self._client = httpx.AsyncClient(base_url=self.url, timeout=httpx.Timeout(600.0, connect=10.0))
@@ -208,12 +208,6 @@ class VLLMEngine:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
-    async def hold(self) -> None:
-        await self.gate.hold()
-
-    async def resume(self) -> None:
-        self.gate.resume()
-
     # -- adapters ------------------------------------------------------------------------------
     async def _load(self, name: str, path: Path) -> None:
         r = await self._client.post("/v1/load_lora_adapter", json={"lora_name": name, "lora_path": str(path)})
@@ -266,29 +260,21 @@ class VLLMEngine:
         return r.json()
 
     async def chat(self, request: ChatRequest) -> dict[str, Any]:
-        await self.gate.enter()
-        try:
-            data = await self._post("/v1/chat/completions", self._body(request))
-        finally:
-            self.gate.leave()
+        data = await self._post("/v1/chat/completions", self._body(request))
         data["model"] = request.model
         return data
 
     async def chat_stream(self, request: ChatRequest) -> AsyncIterator[dict[str, Any]]:
-        await self.gate.enter()
-        try:
-            body = {**self._body(request), "stream": True, "stream_options": {"include_usage": True}}
-            async with self._client.stream("POST", "/v1/chat/completions", json=body) as r:
-                if r.status_code >= 400:
-                    raise EngineError(f"vLLM: {(await r.aread()).decode(errors='replace')}", status=r.status_code)
-                async for line in r.aiter_lines():
-                    if not line.startswith("data:") or line[5:].strip() == "[DONE]":
-                        continue
-                    chunk = json.loads(line[5:])
-                    chunk["model"] = request.model
-                    yield chunk
-        finally:
-            self.gate.leave()
+        body = {**self._body(request), "stream": True, "stream_options": {"include_usage": True}}
+        async with self._client.stream("POST", "/v1/chat/completions", json=body) as r:
+            if r.status_code >= 400:
+                raise EngineError(f"vLLM: {(await r.aread()).decode(errors='replace')}", status=r.status_code)
+            async for line in r.aiter_lines():
+                if not line.startswith("data:") or line[5:].strip() == "[DONE]":
+                    continue
+                chunk = json.loads(line[5:])
+                chunk["model"] = request.model
+                yield chunk
 
     async def sequence_logprobs(self, token_ids: list[int], adapter: str | None) -> list[float]:
         body = {"model": adapter or BASE_NAME, "prompt": token_ids, "max_tokens": 1, "prompt_logprobs": 0,

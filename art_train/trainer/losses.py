@@ -5,12 +5,17 @@ token) and `seq_ids` [N] says which sequence a token belongs to. A loss returns 
 [N]; the step reduces it with `token_weights` (each loss names its normalisation), which lets a
 packed, chunked forward accumulate exactly the same gradient as one big batch.
 
-Variants (`TrainConfig.loss`), following TRL 1.16's GRPOTrainer:
+Variants (`TrainConfig.loss` x `TrainConfig.importance_sampling_level`, one `LOSSES` entry each),
+following TRL 1.16's GRPOTrainer:
 - grpo: PPO-style clipped ratio, mean per sequence (trajectory), then over sequences.
 - dr_grpo: the same clipped ratio, summed and divided by a constant (sequences x max tokens).
 - dapo: the same clipped ratio, token-level mean over the batch.
-- gspo: one ratio per sequence, exp(mean log-ratio), clipped; mean per sequence.
+- gspo: one ratio per sequence, exp(mean log-ratio), clipped; mean per sequence. Any clipped-ratio
+  loss at importance level "sequence" uses this ratio and keeps its own normalisation.
 - cispo: REINFORCE on logprobs weighted by the detached ratio capped at 1 + epsilon_high; token mean.
+
+`policy_loss` is the one place where the pieces meet: per-token loss x truncated-IS weight + beta x KL,
+weighted and summed. The GRPO step and the TRL cross-check (tests/train/test_trl_crosscheck.py) both call it.
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ import torch
 __all__ = [
     "LOSSES",
     "LossSpec",
+    "PolicyLossTerms",
+    "loss_spec",
+    "policy_loss",
     "cispo_loss",
     "clip_fraction",
     "clipped_ratio_loss",
@@ -132,18 +140,78 @@ def token_weights(
 
 
 PerTokenLoss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float, float], torch.Tensor]
+ImportanceLevel = Literal["token", "sequence"]
 
 
 @dataclass(frozen=True)
 class LossSpec:
+    """A loss variant: its per-token loss and how the step normalises it (see `token_weights`)."""
+
     per_token: PerTokenLoss
     normalization: Normalization
 
 
-LOSSES: dict[str, LossSpec] = {
-    "grpo": LossSpec(clipped_ratio_loss, "sequence"),
-    "dr_grpo": LossSpec(clipped_ratio_loss, "constant"),
-    "dapo": LossSpec(clipped_ratio_loss, "token"),
-    "gspo": LossSpec(gspo_loss, "sequence"),
-    "cispo": LossSpec(cispo_loss, "token"),
+LOSSES: dict[tuple[str, ImportanceLevel], LossSpec] = {
+    ("grpo", "token"): LossSpec(clipped_ratio_loss, "sequence"),
+    ("grpo", "sequence"): LossSpec(gspo_loss, "sequence"),
+    ("dr_grpo", "token"): LossSpec(clipped_ratio_loss, "constant"),
+    ("dr_grpo", "sequence"): LossSpec(gspo_loss, "constant"),
+    ("dapo", "token"): LossSpec(clipped_ratio_loss, "token"),
+    ("dapo", "sequence"): LossSpec(gspo_loss, "token"),
+    ("gspo", "token"): LossSpec(gspo_loss, "sequence"),  # gspo is sequence-level whatever the setting
+    ("gspo", "sequence"): LossSpec(gspo_loss, "sequence"),
+    ("cispo", "token"): LossSpec(cispo_loss, "token"),
+    ("cispo", "sequence"): LossSpec(cispo_loss, "token"),  # cispo's weight is per token by definition
 }
+
+
+def loss_spec(loss: str, importance_sampling_level: ImportanceLevel = "token") -> LossSpec:
+    """The `LOSSES` entry for a `TrainConfig`'s `loss` and `importance_sampling_level`."""
+    try:
+        return LOSSES[(loss, importance_sampling_level)]
+    except KeyError:
+        names = sorted({name for name, _ in LOSSES})
+        raise ValueError(
+            f"unknown loss {loss!r} at importance level {importance_sampling_level!r}; losses: {names}, "
+            "levels: 'token', 'sequence'"
+        ) from None
+
+
+@dataclass(frozen=True)
+class PolicyLossTerms:
+    loss: torch.Tensor  # [] the weighted sum: call .backward() on it
+    kl: torch.Tensor | None  # [N] per-token k3 KL (detached), None without a reference
+
+
+def policy_loss(
+    spec: LossSpec,
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    adv: torch.Tensor,
+    seq_ids: torch.Tensor,
+    weights: torch.Tensor,
+    *,
+    eps_low: float,
+    eps_high: float,
+    sampler_logp: torch.Tensor | None = None,
+    tis_cap: float | None = None,
+    ref_logp: torch.Tensor | None = None,
+    beta: float = 0.0,
+) -> PolicyLossTerms:
+    """sum_t weights_t * (loss_t * tis_t + beta * kl_t): the loss the GRPO step applies.
+
+    logp, old_logp, adv, weights: [N]; seq_ids [N] numbers the sequences 0..S-1 (for sequence-level
+    ratios). With `tis_cap`, each token's loss is weighted by min(exp(old_logp - sampler_logp), cap)
+    (truncated importance sampling against the engine that sampled it). With `ref_logp`, the k3 KL to
+    the reference (the base model) is added with weight `beta`.
+    """
+    loss_t = spec.per_token(logp, old_logp, adv, seq_ids, eps_low, eps_high)  # [N]
+    if tis_cap is not None:
+        if sampler_logp is None:
+            raise ValueError("tis_cap needs sampler_logp, the sampling engine's logprobs")
+        loss_t = loss_t * truncated_is_weights(old_logp, sampler_logp, tis_cap)  # [N]
+    kl = None
+    if ref_logp is not None:
+        kl = kl_k3(logp, ref_logp)  # [N]
+        loss_t = loss_t + beta * kl  # [N]
+    return PolicyLossTerms((loss_t * weights).sum(), kl.detach() if kl is not None else None)

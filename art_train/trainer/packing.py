@@ -13,7 +13,7 @@ import torch
 
 from .tokenize import Sequence
 
-__all__ = ["Row", "build_rows", "pack_indices", "prefix_groups"]
+__all__ = ["Row", "build_rows", "pack_indices", "prefix_groups", "row_groups", "split_batches"]
 
 
 def pack_indices(lengths: list[int], capacity: int) -> list[list[int]]:
@@ -104,3 +104,18 @@ def prefix_groups(rows: list[Row], min_prefix: int = 16) -> list[tuple[int, list
         shared = len(group) > 1 and len(key) >= min_prefix
         out.append((len(key) if shared else 0, group))
     return out
+
+
+def split_batches(sequences: list[Sequence], batch_size: int | None) -> list[list[Sequence]]:
+    """Split by trajectory: `batch_size` trajectories per optimizer step (None: all in one); no empty batch."""
+    trajs = sorted({s.trajectory for s in sequences})
+    size = batch_size or max(len(trajs), 1)
+    chunks = [set(trajs[i : i + size]) for i in range(0, len(trajs), size)]
+    batches = [[s for s in sequences if s.trajectory in chunk] for chunk in chunks]
+    return [b for b in batches if b]
+
+
+def row_groups(rows: list[Row], share_prefix: bool) -> list[tuple[int, list[Row]]]:
+    """(shared prefix length, rows): with `share_prefix` (one-sequence rows), rows that start with the
+    same prompt share its forward and backward (`SharedPrefix`); otherwise rows go one by one."""
+    return prefix_groups(rows) if share_prefix else [(0, [row]) for row in rows]

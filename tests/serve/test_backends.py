@@ -134,3 +134,48 @@ async def test_engine_dtype_serves_a_float32_trainer(dtype: str, tiny_model_path
             await service._load_and_verify(entry, 1, path=wrong)
     finally:
         await backend.close()
+
+
+async def test_retention_keeps_base_best_and_newest_and_the_run_resumes(tiny_model_path: Path, tmp_path: Path) -> None:
+    config = art.ModelConfig(retain_checkpoints=1)  # newest 1, plus step 0 and the best on val
+    val_rewards = {1: 0.2, 2: 0.9, 3: 0.5, 4: 0.1}
+
+    def group(*rewards: float) -> art.TrajectoryGroup:
+        turns = [art.assistant_turn("a", token_ids=[55, 56], logprobs=[-1.0, -1.0]),
+                 art.assistant_turn("b", token_ids=[57], logprobs=[-1.0])]
+        return art.TrajectoryGroup(art.Trajectory(messages=[*PROMPT, turn], reward=r)
+                                   for turn, r in zip(turns, rewards, strict=True))
+
+    backend = LocalBackend(path=tmp_path)
+    model = art.TrainableModel(name="kept", project="serve", base_model=str(tiny_model_path), config=config)
+    try:
+        await model.register(backend)
+        deleted = []
+        for step in range(1, 5):
+            result = await model.train([group(1.0, 0.0)], config=art.TrainConfig(learning_rate=1e-3), verbose=False)
+            deleted.append(result.metrics["checkpoints/deleted"])
+            await model.log([group(val_rewards[step], val_rewards[step])], split="val")  # evaluates the step just served
+        # after step 3: step 1 goes (step 2 is the best); after step 4: step 3 goes
+        assert deleted == [[], [], [1], [3]]
+        assert await model.list_checkpoints() == [0, 2, 4]
+        client = model.openai_client()
+        r = await client.chat.completions.create(model=model.served_name(2), messages=PROMPT, max_tokens=2)
+        assert r.model_extra["art_step"] == 2
+        with pytest.raises(Exception, match="no checkpoint 3"):
+            await client.chat.completions.create(model=model.served_name(3), messages=PROMPT, max_tokens=2)
+    finally:
+        await backend.close()
+
+    backend = LocalBackend(path=tmp_path)  # a new process would see the same run directory
+    model = art.TrainableModel(name="kept", project="serve", base_model=str(tiny_model_path), config=config)
+    try:
+        await model.register(backend)
+        assert await model.get_step() == 4
+        result = await model.train([group(1.0, 0.0)], config=art.TrainConfig(learning_rate=1e-3), verbose=False)
+        assert result.step == 5 and result.metrics["checkpoints/deleted"] == [4]
+        assert await model.list_checkpoints() == [0, 2, 5]
+        # explicit selection keeps the best on val and the newest, nothing else
+        assert await model.delete_checkpoints(best_checkpoint_metric="val/reward_mean") == [0]
+        assert await model.list_checkpoints() == [2, 5]
+    finally:
+        await backend.close()

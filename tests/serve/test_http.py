@@ -60,7 +60,7 @@ async def test_api_key_is_enforced(tiny_model_path: Path, tmp_path: Path) -> Non
 
     from art_train import ModelService, create_app
 
-    app = create_app(ModelService(root=tmp_path), api_key="sekrit")
+    app = create_app(ModelService(path=tmp_path), api_key="sekrit")
     with TestClient(app) as http:
         r = http.get("/v1/models")
         assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"

@@ -16,6 +16,8 @@ from art_train.trainer import (
     group_advantages,
     gspo_loss,
     kl_k3,
+    loss_spec,
+    policy_loss,
     step_advantages,
     token_weights,
     truncated_is_weights,
@@ -99,9 +101,37 @@ def test_token_weights_by_hand() -> None:
 def test_loss_registry_names_every_config_value() -> None:
     from typing import get_args
 
-    from art_core.config import LossName
+    from art_core.config import LossName, TrainConfig
 
-    assert set(LOSSES) == set(get_args(LossName))
+    levels = get_args(TrainConfig.model_fields["importance_sampling_level"].annotation)
+    assert set(LOSSES) == {(name, level) for name in get_args(LossName) for level in levels}
+
+
+def test_policy_loss_combines_is_weight_kl_and_token_weights_by_hand() -> None:
+    # ratio 1 everywhere (old == logp): clipped_ratio_loss = -A -> [-1, 1]
+    # TIS: min(exp(ln .5 - ln .25), 1.5) = 1.5 on token 0; NaN sampler logprob on token 1 -> 1 -> [-1.5, 1]
+    # k3 KL to ref [ln .25, ln .25]: d = [ln .5, 0] -> [.5 - ln .5 - 1, 0] = [ln 2 - .5, 0]
+    # beta .1 -> [-1.5 + .1 (ln 2 - .5), 1]; weights [.5, .5] -> .5 (-0.5 + .1 (ln 2 - .5))
+    logp = t(LN(0.5), LN(0.25))
+    terms = policy_loss(
+        loss_spec("grpo"), logp, logp.clone(), t(1, -1), torch.tensor([0, 0]), t(0.5, 0.5),
+        eps_low=0.2, eps_high=0.2, sampler_logp=t(LN(0.25), float("nan")), tis_cap=1.5,
+        ref_logp=t(LN(0.25), LN(0.25)), beta=0.1,
+    )  # fmt: skip
+    assert terms.loss.item() == pytest.approx(0.5 * (-0.5 + 0.1 * (LN(2) - 0.5)))
+    assert terms.kl.tolist() == pytest.approx([LN(2) - 0.5, 0.0])
+    # without TIS and KL it is the weighted per-token loss alone, and no KL comes back
+    plain = policy_loss(loss_spec("grpo"), logp, logp.clone(), t(1, -1), torch.tensor([0, 0]), t(0.5, 0.5),
+                        eps_low=0.2, eps_high=0.2)
+    assert plain.loss.item() == pytest.approx(0.0) and plain.kl is None
+
+
+def test_loss_spec_picks_sequence_level_ratios_without_string_tests() -> None:
+    assert loss_spec("grpo", "sequence").per_token is gspo_loss
+    assert loss_spec("dr_grpo", "sequence").normalization == "constant"
+    assert loss_spec("gspo").per_token is gspo_loss and loss_spec("cispo", "sequence").per_token is cispo_loss
+    with pytest.raises(ValueError, match="unknown loss 'ppo'"):
+        loss_spec("ppo")
 
 
 def test_group_advantages_by_hand() -> None:

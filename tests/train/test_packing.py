@@ -173,15 +173,13 @@ def test_trainer_cpu_rows_match_packed_rows(tiny_model_path, tmp_path) -> None: 
         model = art.TrainableModel(name=name, project="t", base_model=str(tiny_model_path))
         trainer = Trainer(model, art.RunDir("t", name, root=tmp_path), device="cpu")
         grads: dict[str, torch.Tensor] = {}
-        original = trainer._optimizer_step
 
-        def record(params, max_grad_norm):  # noqa: ANN001, ANN202
+        def record(optimizer, args, kwargs):  # noqa: ANN001, ANN202 - after clipping, before the update
             grads.update(
                 {n: p.grad.clone() for n, p in trainer.peft.named_parameters() if p.grad is not None}
             )
-            return original(params, max_grad_norm)
 
-        trainer._optimizer_step = record  # type: ignore[method-assign]
+        trainer.optimizer.register_step_pre_hook(record)
         tok = trainer.tokenizer
         groups = []
         for task in ("two plus two?", "capital of france?"):

@@ -67,7 +67,7 @@ def test_sigkill_mid_step_then_resume(tiny_model_path, tmp_path) -> None:  # noq
     model = art.TrainableModel(name="r", project="t", base_model=str(tiny_model_path))
     trainer = Trainer(model, rundir, device="cpu")
     assert trainer.step == 1
-    state = trainer._optimizer.state_dict()["state"]
+    state = trainer.optimizer.state_dict()["state"]
     assert state and all(torch.equal(state[k]["exp_avg"], saved_opt["state"][k]["exp_avg"]) for k in state)
     pending = trainer.pending_groups()
     assert pending is not None and [t.reward for t in pending[0].trajectories] == [0.0, 1.0]

@@ -1,4 +1,8 @@
-"""Our losses against TRL 1.16's own `GRPOTrainer._compute_loss`, on identical inputs (to 1e-5).
+"""The trainer's own `policy_loss` against TRL 1.16's own `GRPOTrainer._compute_loss`, on identical inputs (to 1e-5).
+
+`policy_loss` is the function the GRPO step (`art_train.trainer.grpo`) applies: the per-token loss of
+the configured variant, the truncated-IS weights, the KL term and the token weights, combined there
+and nowhere else. Breaking any of them here breaks this test.
 
 TRL's method runs unmodified on a namespace standing in for the trainer instance: it supplies the
 config attributes `_compute_loss` reads, a logprob function returning our fixed per-token logprobs
@@ -13,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from art_train.trainer import LOSSES, gspo_loss, kl_k3, token_weights, truncated_is_weights
+from art_train.trainer import loss_spec, policy_loss, token_weights
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 trl_grpo = pytest.importorskip("trl.trainer.grpo_trainer")
@@ -87,15 +91,14 @@ def _ours(name: str, level: str, logp: torch.Tensor, inputs: dict, beta: float, 
     lp = logp[mask]  # [N]
     old = inputs["old_per_token_logps"][mask]
     adv = inputs["advantages"][:, None].expand(B, T)[mask]
-    spec = LOSSES[name]
-    per_token = gspo_loss if level == "sequence" else spec.per_token
-    loss_t = per_token(lp, old, adv, seq, 0.2, eps_high)
-    if tis:
-        loss_t = loss_t * truncated_is_weights(old, inputs["sampling_per_token_logps"][mask], 2.0)
-    if beta:
-        loss_t = loss_t + beta * kl_k3(lp, inputs["ref_per_token_logps"][mask])
-    return (loss_t * token_weights(seq, seq, spec.normalization, MAX_COMPLETION)).sum()
-
+    spec = loss_spec(name, level)
+    terms = policy_loss(
+        spec, lp, old, adv, seq, token_weights(seq, seq, spec.normalization, MAX_COMPLETION),
+        eps_low=0.2, eps_high=eps_high,
+        sampler_logp=inputs["sampling_per_token_logps"][mask], tis_cap=2.0 if tis else None,
+        ref_logp=inputs["ref_per_token_logps"][mask] if beta else None, beta=beta,
+    )  # fmt: skip
+    return terms.loss
 
 CASES = [
     # (our name, TRL loss_type, importance level, beta, TIS)

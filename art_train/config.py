@@ -1,0 +1,49 @@
+"""`BackendConfig`: how the bundled backend runs, shared by `LocalBackend`, `ModelService` and `art serve`."""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["BackendConfig"]
+
+
+class BackendConfig(BaseModel):
+    """Where runs live and how models are served and trained; every field has a working default.
+
+    Example:
+        LocalBackend(config=BackendConfig(engine="vllm", vllm_python=".venv-vllm/bin/python"))
+        # the same as LocalBackend(engine="vllm", vllm_python=".venv-vllm/bin/python")
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str | os.PathLike[str] | None = Field(
+        None, description="Run-directory root (default ART_HOME or ./.art)."
+    )
+    engine: Literal["transformers", "vllm"] | None = Field(
+        None, description="Inference engine for every model; None uses each model's config.engine."
+    )
+    device: str | None = Field(None, description="Torch device for the trainer and the transformers engine.")
+    vllm_python: str | None = Field(
+        None, description="Interpreter that runs vLLM (default ART_VLLM_PYTHON, else this one)."
+    )
+    engine_dtype: Literal["auto", "float32", "bfloat16", "float16"] | None = Field(
+        None,
+        description=(
+            "Weights' dtype in the transformers engine; None uses the model's config.dtype, whose 'auto' is "
+            "bfloat16 on a GPU or on a CPU with native bfloat16 (AVX512-BF16, AMX; ~1.5x faster there than "
+            "float32) and float32 on other CPUs. The trainer is unaffected."
+        ),
+    )
+    sync_tolerance: float | None = Field(
+        None,
+        gt=0,
+        description=(
+            "Largest allowed |engine logprob - trainer logprob| on the weight-sync probe; None uses the "
+            "engine's own (vLLM) or 2e-3 at full precision, 0.1 at half."
+        ),
+    )
+    port: int = Field(0, ge=0, le=65535, description="Port of the OpenAI endpoint; 0 picks a free one.")

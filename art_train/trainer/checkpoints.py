@@ -1,0 +1,178 @@
+"""One model's checkpoints on disk: atomic save, resume, the pending-step journal, and retention.
+
+Files in the run directory (see art_core.RunDir):
+- ``checkpoints/<step>/``: adapter_model.safetensors + adapter_config.json (standard PEFT),
+  optimizer.pt and art_state.json; written to ``checkpoints/.<step>.tmp`` then renamed, so a folder
+  is always complete. A deleted checkpoint is renamed to ``.<step>.deleting.tmp`` first, for the same reason.
+- ``trajectories/train/<step>.jsonl``: written BEFORE the step trains, plus ``train_pending.json``
+  (the step, its kind and its config), removed once the checkpoint exists. A process killed mid-step
+  leaves both; the next `Trainer` finds them (`Checkpoints.pending`) and retrains that step.
+
+Retention: `checkpoints_to_delete` picks what goes. Resuming needs only the newest checkpoint
+(adapter and optimizer), which is never deleted, so a run resumes after any retention.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from art_core import RunDir
+from art_core.rundir import atomic_write_text
+
+__all__ = ["Checkpoints", "best_step", "checkpoints_to_delete", "metric_values"]
+
+logger = logging.getLogger(__name__)
+
+
+class Checkpoints:
+    """Save, find and delete the checkpoints of one run directory, and keep its pending-step journal.
+
+    Example:
+        ckpts = Checkpoints(rundir)
+        ckpts.begin(step, "grpo", config.model_dump(), groups)   # before training
+        ckpts.save(step, peft, optimizer, base_model="smollm2-135m")
+        ckpts.finish()
+    """
+
+    def __init__(self, rundir: RunDir) -> None:
+        self.rundir = rundir
+
+    # -- the checkpoints ---------------------------------------------------------------------------
+    def steps(self) -> list[int]:
+        return self.rundir.checkpoint_steps()
+
+    def latest(self) -> int | None:
+        return self.rundir.latest_step()
+
+    def path(self, step: int) -> Path:
+        return self.rundir.checkpoint_path(step)
+
+    def existing(self, step: int) -> Path:
+        """The folder of checkpoint `step`; FileNotFoundError naming the available steps if it is gone."""
+        path = self.path(step)
+        if not (path / "adapter_config.json").exists():
+            raise FileNotFoundError(f"checkpoint {step} does not exist; available: {self.steps()}")
+        return path
+
+    def remove_partial(self) -> None:
+        """Remove folders a killed process left half written (or half deleted)."""
+        if self.rundir.checkpoints_dir.exists():
+            for p in self.rundir.checkpoints_dir.glob(".*.tmp"):
+                shutil.rmtree(p, ignore_errors=True)
+
+    def save(self, step: int, peft: Any, optimizer: torch.optim.Optimizer, *, base_model: str) -> Path:
+        """Write the adapter (PEFT format), the optimizer state and art_state.json, atomically."""
+        final = self.path(step)
+        tmp = final.parent / f".{final.name}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        peft.save_pretrained(str(tmp))
+        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        (tmp / "art_state.json").write_text(json.dumps({"step": step, "base_model": base_model}))
+        for f in tmp.iterdir():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        return final
+
+    def load_optimizer(self, step: int, optimizer: torch.optim.Optimizer, device: str) -> None:
+        """Restore the optimizer state saved with checkpoint `step`, when there is one."""
+        path = self.path(step) / "optimizer.pt"
+        if path.exists():
+            optimizer.load_state_dict(torch.load(path, map_location=device))
+
+    def delete(self, step: int) -> None:
+        """Delete checkpoint `step`: renamed aside first, so no half-deleted folder looks complete."""
+        path = self.path(step)
+        if not path.exists():
+            return
+        aside = path.parent / f".{path.name}.deleting.tmp"
+        shutil.rmtree(aside, ignore_errors=True)
+        os.replace(path, aside)
+        shutil.rmtree(aside, ignore_errors=True)
+
+    # -- the pending-step journal ------------------------------------------------------------------
+    @property
+    def pending_path(self) -> Path:
+        return self.rundir.path / "train_pending.json"
+
+    def begin(self, step: int, kind: str, config: dict[str, Any], groups: list[Any]) -> None:
+        """Record step `step` before it trains: its trajectories, then the journal entry."""
+        self.rundir.write_trajectories("train", step, groups)
+        atomic_write_text(self.pending_path, json.dumps({"step": step, "kind": kind, "config": config}))
+
+    def pending(self, current_step: int) -> dict[str, Any] | None:
+        """The journal entry of an interrupted step after `current_step`, or None (a stale entry is removed)."""
+        if not self.pending_path.exists():
+            return None
+        pending = json.loads(self.pending_path.read_text())
+        if (
+            pending["step"] != current_step + 1
+            or not self.rundir.trajectories_path("train", pending["step"]).exists()
+        ):
+            self.pending_path.unlink(missing_ok=True)  # stale: that step's checkpoint was saved
+            return None
+        return pending
+
+    def finish(self) -> None:
+        """The step's checkpoint exists: clear the journal."""
+        self.pending_path.unlink(missing_ok=True)
+
+
+# -- retention ----------------------------------------------------------------------------------------
+def metric_values(history: list[dict[str, Any]], metric: str) -> dict[int, float]:
+    """{step: value} of `metric` in history.jsonl rows; the newest row of a step wins.
+
+    ``"val/reward_mean"`` is read from rows of split ``val`` (what `model.log(split="val")` writes)
+    as their ``reward_mean``, or from any row that carries the key ``val/reward_mean`` itself.
+    Rows without a finite number for it are ignored.
+    """
+    split, _, key = metric.partition("/")
+    out: dict[int, float] = {}
+    for row in history:
+        value = row.get(metric)
+        if value is None and key and row.get("split") == split:
+            value = row.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and "step" in row:
+            out[int(row["step"])] = float(value)
+    return out
+
+
+def best_step(history: list[dict[str, Any]], metric: str, steps: list[int]) -> int | None:
+    """The step among `steps` with the highest `metric` (the newest of equals), or None if none has it."""
+    values = metric_values(history, metric)
+    scored = [s for s in steps if s in values]
+    return max(scored, key=lambda s: (values[s], s)) if scored else None
+
+
+def checkpoints_to_delete(
+    steps: list[int],
+    newest: int,
+    *,
+    history: list[dict[str, Any]],
+    best_metric: str | None,
+    keep_last: int = 1,
+    keep_base: bool = False,
+) -> list[int]:
+    """The steps to delete so that what stays is: the newest `keep_last` up to `newest` (which always
+    stays), the best by `best_metric` (higher is better), step 0 when `keep_base`, and any step after
+    `newest` (a step trained but not yet served: the trainer resumes from it)."""
+    keep = {s for s in steps if s >= newest}
+    keep |= set(sorted((s for s in steps if s <= newest), reverse=True)[: max(keep_last, 1)])
+    if keep_base and 0 in steps:
+        keep.add(0)
+    if best_metric:
+        best = best_step(history, best_metric, steps)
+        if best is not None:
+            keep.add(best)
+    return [s for s in steps if s not in keep]

@@ -1,0 +1,161 @@
+"""The GRPO step, top to bottom in one function.
+
+advantages per group -> tokenize -> batches and rows -> old / reference logprobs when needed ->
+per row: forward, `policy_loss`, backward -> clip -> AdamW step -> metrics. Saving the checkpoint is
+the caller's (`Trainer`), so this function only changes the weights and the optimizer state.
+
+Where it departs from the papers (DeepSeekMath's GRPO, DAPO, Dr. GRPO, GSPO) and TRL 1.16's GRPOTrainer:
+- No generation: rollouts arrive as trajectories, with the sampler's token ids spliced in (a turn
+  without them is re-tokenized), and the step trains on them as they are.
+- No padding: sequences go one per row on CPU (packed rows on GPU), and the lm_head runs only on the
+  trained tokens. Rollouts of one task share their prompt's forward and backward (`SharedPrefix`).
+- The "old" policy is the checkpoint the step starts from. With one optimizer step per call the
+  ratio is exactly 1 (as in TRL) and no old logprobs are computed; they are when the weights move
+  within the step (`num_epochs` x batches > 1).
+- The KL reference (`beta` > 0) is the base model, i.e. the same weights with the adapter disabled,
+  not a second copy; the estimator is k3, added per token as in TRL.
+- By default every trajectory weighs the same in "sequence"-normalised losses (`trajectory_weight`),
+  whatever its number of sequences; a group whose rewards are all equal trains nothing and says why.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import torch
+
+from art_core import TrainConfig, TrajectoryGroup
+
+from .advantages import step_advantages
+from .logprobs import SharedPrefix, row_logprobs
+from .losses import clip_fraction, loss_spec, policy_loss, token_weights
+from .packing import split_batches
+from .policy import Policy, Progress
+from .tokenize import Sequence, TokenizeStats, fit_length, tokenize_trajectory
+
+__all__ = ["grpo_step"]
+
+logger = logging.getLogger(__name__)
+
+def grpo_step(
+    policy: Policy, groups: list[TrajectoryGroup], config: TrainConfig, progress: Progress
+) -> dict[str, Any]:
+    """Train `policy` on `groups` with GRPO (``config.loss`` picks the variant); returns the step's metrics.
+
+    `progress` gets {"phase": "tokenize" | "forward_backward", "done": i, "total": n}.
+    """
+    # 1. advantages: each rollout's reward against its group's
+    t0 = time.perf_counter()
+    rewards = [r for g in groups for r in g.rewards()]
+    advantages = step_advantages(groups, config.scale_rewards)
+    skipped = [a.skipped for a in advantages if a.skipped]
+    for reason in skipped:
+        logger.info("%s: trains nothing", reason)
+    trainable = [a for a in advantages if not a.skipped]
+
+    # 2. tokenize: one or more sequences per trajectory, sampled ids spliced in, cut to max_len
+    stats = TokenizeStats()
+    sequences: list[Sequence] = []
+    max_len = policy.max_len(config)
+    n_traj = 0
+    for done, adv in enumerate(trainable):
+        for traj, a in zip(groups[adv.index].trajectories, adv.advantages, strict=True):
+            for seq in tokenize_trajectory(traj, policy.tokenizer, policy.chat_template, stats=stats):
+                seq.advantage, seq.trajectory = a, n_traj
+                fitted = fit_length(seq, max_len, config.overlong, stats)
+                if fitted is not None:
+                    sequences.append(fitted)
+            n_traj += 1
+        progress({"phase": "tokenize", "done": done + 1, "total": len(trainable)})
+    metrics: dict[str, Any] = {
+        "groups_submitted": len(groups),
+        "groups_trainable": len(trainable),
+        "skipped_groups": skipped,
+        "reward_mean": float(torch.tensor(rewards).mean()) if rewards else 0.0,
+        "reward_std": float(torch.tensor(rewards).std()) if len(rewards) > 1 else 0.0,
+        "sequences": len(sequences),
+        "prefix_preserving": policy.prefix_preserving,
+        **stats.metrics(),
+        "time/tokenize_s": time.perf_counter() - t0,
+    }
+
+    # 3. batches (one optimizer step each) and their rows
+    t1 = time.perf_counter()
+    spec = loss_spec(config.loss, config.importance_sampling_level)
+    eps_low = config.epsilon
+    eps_high = config.epsilon if config.epsilon_high is None else config.epsilon_high
+    batches = split_batches(sequences, config.batch_size)
+    packed = [policy.rows(b, config) for b in batches]
+
+    # 4. old logprobs only when the weights move within the step; reference logprobs only with a KL term
+    multi_step = config.num_epochs * len(batches) > 1
+    old = [policy.logprobs(rows, len(sot), adapter=True) if multi_step else None for rows, sot in packed]
+    ref = [policy.logprobs(rows, len(sot), adapter=False) if config.beta > 0 else None for rows, sot in packed]
+
+    # 5. per row: forward, loss, backward; per batch: clip and step
+    total_rows = config.num_epochs * sum(len(rows) for rows, _ in packed)
+    sums = {"loss": 0.0, "entropy": 0.0, "kl": 0.0, "clip": 0.0, "grad_norm": 0.0, "tokens": 0, "steps": 0}
+    done_rows = trained_tokens = 0
+    with policy.training():
+        for epoch in range(config.num_epochs):
+            for b, (batch, (rows, seq_of_token)) in enumerate(zip(batches, packed, strict=True)):
+                if len(seq_of_token) == 0:
+                    continue  # nothing trained in this batch: no optimizer step
+                adv = torch.tensor([batch[s].advantage for s in seq_of_token.tolist()], dtype=torch.float32)  # [N]
+                sampler = torch.tensor(  # [N] the engine's logprobs, NaN where unknown
+                    [lp for s in batch for lp, m in zip(s.sampler_logprobs[1:], s.mask[1:], strict=True) if m],
+                    dtype=torch.float32,
+                )
+                traj = torch.tensor([batch[s].trajectory for s in seq_of_token.tolist()])  # [N]
+                unit = torch.unique(traj, return_inverse=True)[1] if config.trajectory_weight == "equal" else (
+                    torch.zeros_like(traj))
+                weights = token_weights(seq_of_token, unit, spec.normalization, max_len)  # [N]
+                batch_loss = 0.0
+                for k, group_rows in policy.row_groups(rows, config):
+                    prefix = SharedPrefix(policy.causal_lm, group_rows[0].input_ids[:k]) if k else None
+                    for row in group_rows:
+                        idx = row.token_index  # [n] this row's tokens in the batch's flat arrays
+                        logp, entropy = row_logprobs(policy.causal_lm, row.input_ids, row.position_ids,
+                                                     row.pred_index, row.targets, prefix=prefix)  # [n], [n]
+                        dev = logp.device
+                        a = adv[idx].to(dev)
+                        old_logp = old[b][idx].to(dev) if old[b] is not None else logp.detach()
+                        terms = policy_loss(
+                            spec, logp, old_logp, a, row.seq_local.to(dev), weights[idx].to(dev),
+                            eps_low=eps_low, eps_high=eps_high,
+                            sampler_logp=sampler[idx].to(dev), tis_cap=config.truncated_importance_sampling,
+                            ref_logp=ref[b][idx].to(dev) if ref[b] is not None else None, beta=config.beta,
+                        )
+                        terms.loss.backward()
+                        batch_loss += float(terms.loss.detach())
+                        sums["kl"] += float(terms.kl.sum()) if terms.kl is not None else 0.0
+                        sums["entropy"] += float(entropy.sum())
+                        sums["clip"] += float(clip_fraction(logp, old_logp, a, eps_low, eps_high)) * len(idx)
+                        sums["tokens"] += len(idx)
+                        done_rows += 1
+                        progress({"phase": "forward_backward", "done": done_rows, "total": total_rows})
+                    if prefix is not None:
+                        prefix.backward()
+                trained_tokens += len(seq_of_token) if epoch == 0 else 0
+                sums["grad_norm"] += policy.optimizer_step(config.max_grad_norm)
+                sums["loss"] += batch_loss
+                sums["steps"] += 1
+
+    # 6. metrics: per optimizer step (loss, grad norm) and per token (entropy, KL, clipping)
+    steps, tokens = max(sums["steps"], 1), max(sums["tokens"], 1)
+    metrics.update({
+        "loss": sums["loss"] / steps,
+        "entropy": sums["entropy"] / tokens,
+        "kl": sums["kl"] / tokens,
+        "clip_fraction": sums["clip"] / tokens,
+        "grad_norm": sums["grad_norm"] / steps,
+        "trained_tokens": trained_tokens,
+        "optimizer_steps": sums["steps"],
+        "rows": sum(len(rows) for rows, _ in packed),
+        "time/forward_backward_s": time.perf_counter() - t1,
+    })
+    if trained_tokens:
+        metrics["trained_tokens_per_s"] = trained_tokens / metrics["time/forward_backward_s"]
+    return metrics

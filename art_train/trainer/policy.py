@@ -1,0 +1,119 @@
+"""What a training step works on: the LoRA model, its optimizer, the tokenizer, and how rows are laid out.
+
+`Trainer` builds one `Policy` and hands it to `grpo_step` and `sft_step`; the checkpoints module
+saves its adapter and optimizer. Nothing here knows about run directories or steps.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from art_core import SFTConfig, TrainConfig
+
+from .logprobs import row_logprobs
+from .packing import Row, build_rows, row_groups
+from .tokenize import Sequence
+
+__all__ = ["Policy", "Progress"]
+
+Progress = Callable[[dict[str, Any]], None]  # gets {"phase": ..., "done": i, "total": n}
+
+
+@dataclass
+class Policy:
+    """The trained LoRA (`peft`, adapter "default"), its AdamW, and the tokenizer and template it trains on.
+
+    Attributes:
+        max_seq_len: the model's longest sequence (`ModelConfig.max_seq_len`); a step's config may lower it.
+        gradient_checkpointing: whether the base model recomputes activations (then no shared prefixes).
+        prefix_preserving: whether the chat template passed the prefix check (`check_prefix_preserving`).
+    """
+
+    peft: Any
+    optimizer: torch.optim.Optimizer
+    tokenizer: Any
+    chat_template: str
+    device: str
+    max_seq_len: int
+    gradient_checkpointing: bool = False
+    prefix_preserving: bool = True
+
+    @property
+    def causal_lm(self) -> Any:
+        """The causal LM with the LoRA layers in it (peft's wrapper removed: we call its decoder ourselves)."""
+        return self.peft.get_base_model()
+
+    def params(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.peft.parameters() if p.requires_grad]
+
+    def max_len(self, config: TrainConfig | SFTConfig) -> int:
+        return config.max_seq_len or self.max_seq_len
+
+    def set_hyperparameters(self, config: TrainConfig | SFTConfig) -> None:
+        """The step's learning rate, weight decay and (GRPO) betas, on the one optimizer kept across steps."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = config.learning_rate
+            group["weight_decay"] = config.weight_decay
+            if isinstance(config, TrainConfig):
+                group["betas"] = tuple(config.betas)
+
+    # -- rows --------------------------------------------------------------------------------------
+    def one_sequence_per_row(self, config: TrainConfig | SFTConfig) -> bool:
+        return getattr(config, "pack_tokens", None) is None and not self.device.startswith("cuda")
+
+    def rows(self, batch: list[Sequence], config: TrainConfig | SFTConfig) -> tuple[list[Row], torch.Tensor]:
+        """Rows for one optimizer step, and `seq_of_token` [N] (see `build_rows`).
+
+        With `pack_tokens` unset: packed rows of `max_seq_len` on GPU, one sequence per row on CPU.
+        On CPU a packed row costs more than it saves: its position ids make transformers build a
+        dense block-diagonal mask, which takes SDPA off its causal kernel, and attention runs over
+        the whole row. A lone sequence needs no mask at all (is_causal). Set `pack_tokens` to pack anyway.
+        """
+        if self.one_sequence_per_row(config):
+            return build_rows(batch, capacity=1)  # nothing fits with another: one sequence per row
+        pack_tokens = getattr(config, "pack_tokens", None)
+        return build_rows(batch, max(pack_tokens or self.max_len(config), self.max_len(config)))
+
+    def row_groups(self, rows: list[Row], config: TrainConfig | SFTConfig) -> list[tuple[int, list[Row]]]:
+        """One-sequence rows share their common prompt's forward and backward; packed rows, or gradient
+        checkpointing, go one by one."""
+        return row_groups(rows, self.one_sequence_per_row(config) and not self.gradient_checkpointing)
+
+    # -- forward and update ------------------------------------------------------------------------
+    @torch.no_grad()
+    def logprobs(self, rows: list[Row], n_tokens: int, *, adapter: bool) -> torch.Tensor:
+        """[n_tokens] logprobs of every trained token of `rows`, with the adapter on (the current policy)
+        or off (the base model: GRPO's KL reference, which costs no second model)."""
+        out = torch.zeros(n_tokens)
+        for row in rows:
+            if adapter:
+                logp, _ = row_logprobs(self.causal_lm, row.input_ids, row.position_ids, row.pred_index, row.targets)
+            else:
+                with self.peft.disable_adapter():
+                    logp, _ = row_logprobs(
+                        self.causal_lm, row.input_ids, row.position_ids, row.pred_index, row.targets
+                    )
+            out[row.token_index] = logp.float().cpu()
+        return out
+
+    @contextmanager
+    def training(self) -> Iterator[None]:
+        """Train mode (LoRA dropout on) for the block, eval mode after, even on error."""
+        self.peft.train()
+        try:
+            yield
+        finally:
+            self.peft.eval()
+
+    def optimizer_step(self, max_grad_norm: float | None) -> float:
+        """Clip (None: measure only), step, zero the gradients; returns the gradient norm before clipping."""
+        norm = torch.nn.utils.clip_grad_norm_(self.params(), max_grad_norm if max_grad_norm is not None else math.inf)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(norm)

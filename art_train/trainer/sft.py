@@ -1,0 +1,76 @@
+"""The SFT step: cross-entropy on every assistant turn (distillation, or a warm-up before RL).
+
+tokenize (sampled ids kept where present, other assistant turns re-tokenized and trained) ->
+batches of `batch_size` sequences -> per row: forward, token-mean loss over the batch, backward ->
+clip -> AdamW step. Same rows and optimizer as the GRPO step (`Policy`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from art_core import SFTConfig, Trajectory
+
+from .logprobs import row_logprobs
+from .packing import split_batches
+from .policy import Policy, Progress
+from .tokenize import Sequence, TokenizeStats, fit_length, tokenize_trajectory
+
+__all__ = ["sft_step"]
+
+
+def sft_step(policy: Policy, trajectories: list[Trajectory], config: SFTConfig, progress: Progress) -> dict[str, Any]:
+    """Train `policy` on the assistant turns of `trajectories`; returns the step's metrics."""
+    t0 = time.perf_counter()
+    stats = TokenizeStats()
+    sequences: list[Sequence] = []
+    max_len = policy.max_len(config)
+    for i, traj in enumerate(trajectories):
+        for seq in tokenize_trajectory(
+            traj, policy.tokenizer, policy.chat_template, stats=stats, train_unsampled=True
+        ):
+            seq.trajectory = len(sequences)  # one unit per sequence: batch_size counts sequences
+            fitted = fit_length(seq, max_len, config.overlong, stats)
+            if fitted is not None:
+                sequences.append(fitted)
+        progress({"phase": "tokenize", "done": i + 1, "total": len(trajectories)})
+    metrics: dict[str, Any] = {
+        "sequences": len(sequences),
+        **stats.metrics(),
+        "time/tokenize_s": time.perf_counter() - t0,
+    }
+    t1 = time.perf_counter()
+    packed = [policy.rows(b, config) for b in split_batches(sequences, config.batch_size)]
+    total_rows = config.num_epochs * sum(len(rows) for rows, _ in packed)
+    done_rows, loss_sum, grad_sum, steps, trained_tokens = 0, 0.0, 0.0, 0, 0
+    with policy.training():
+        for epoch in range(config.num_epochs):
+            for rows, seq_of_token in packed:
+                n = len(seq_of_token)
+                if n == 0:
+                    continue
+                batch_loss = 0.0
+                for row in rows:
+                    logp, _ = row_logprobs(
+                        policy.causal_lm, row.input_ids, row.position_ids, row.pred_index, row.targets
+                    )  # [n_row]
+                    loss = -logp.sum() / n  # token mean over the batch
+                    loss.backward()
+                    batch_loss += float(loss.detach())
+                    done_rows += 1
+                    progress({"phase": "forward_backward", "done": done_rows, "total": total_rows})
+                grad_sum += policy.optimizer_step(config.max_grad_norm)
+                loss_sum += batch_loss
+                steps += 1
+                trained_tokens += n if epoch == 0 else 0
+    metrics.update(
+        {
+            "loss": loss_sum / max(steps, 1),
+            "grad_norm": grad_sum / max(steps, 1),
+            "trained_tokens": trained_tokens,
+            "optimizer_steps": steps,
+            "time/forward_backward_s": time.perf_counter() - t1,
+        }
+    )
+    return metrics
