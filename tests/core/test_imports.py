@@ -22,6 +22,7 @@ def test_art_core_public_surface_is_pinned():
         "gather_trajectories", "gather_trajectory_groups", "group_metrics", "iterate_dataset", "message_sample",
         "node", "record_completion", "record_tool_result", "retry", "sample_from_choice",
         "Comparison", "EvalResult", "PeriodicEval", "compare", "evaluate",  # held-out evaluation
+        "trajectory_group_batches",  # OpenPipe ART's pipelined loop
     ])
     for name in art_core.__all__:
         assert hasattr(art_core, name), name
