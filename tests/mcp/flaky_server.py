@@ -39,6 +39,12 @@ def increment() -> int:
 
 
 @server.tool()
+def big(chars: int) -> str:
+    """A result of `chars` characters."""
+    return "x" * chars
+
+
+@server.tool()
 def fail(reason: str) -> str:
     """Always raises a tool error."""
     raise ToolError(f"failed on purpose: {reason}")
