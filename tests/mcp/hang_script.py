@@ -10,7 +10,7 @@ import asyncio
 import sys
 
 import art_mcp
-from art_core import Model, Trajectory, TrajectoryGroup, TooManyExceptions, gather_trajectory_groups
+from art_core import Model, TooManyExceptions, Trajectory, TrajectoryGroup, gather_trajectory_groups
 
 EXITS_AT_START = [sys.executable, "-c", "import sys; sys.exit(3)"]
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from openai import AsyncOpenAI
+
 # --- the only lines that changed ------------------------------------------------------------------
 import art_core as art  # was: import art
 from art_core import iterate_dataset  # was: from art.utils import iterate_dataset
-from openai import AsyncOpenAI
 from ruler import ruler_score_group  # was: from art.rulers import ruler_score_group
 
 # ---------------------------------------------------------------------------------------------------
