@@ -22,6 +22,16 @@ from .openai_capture import CapturingTransport
 from .remote import BackendError, RemoteBackend
 from .retry import retry
 from .rundir import RunDir, atomic_write_bytes, atomic_write_text
+from .sft_data import (
+    SFTBatch,
+    SFTDataError,
+    iterate_sft,
+    learning_rate_at,
+    load_sft_jsonl,
+    mask_turns,
+    validate_sft_record,
+    write_sft_jsonl,
+)
 from .trajectory import (
     History,
     RolloutError,
@@ -49,7 +59,9 @@ __all__ = [
     "RemoteBackend",
     "RolloutError",
     "RunDir",
+    "SFTBatch",
     "SFTConfig",
+    "SFTDataError",
     "Sample",
     "TooManyExceptions",
     "TrainConfig",
@@ -69,6 +81,10 @@ __all__ = [
     "gather_trajectory_groups",
     "group_metrics",
     "iterate_dataset",
+    "iterate_sft",
+    "learning_rate_at",
+    "load_sft_jsonl",
+    "mask_turns",
     "message_sample",
     "node",
     "record_completion",
@@ -76,4 +92,6 @@ __all__ = [
     "retry",
     "sample_from_choice",
     "trajectory_group_batches",
+    "validate_sft_record",
+    "write_sft_jsonl",
 ]

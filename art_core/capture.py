@@ -17,6 +17,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
+from . import tracing as _tracing
 from .trajectory import SAMPLE_KEY, History, Message, Sample, Tool, Trajectory, clean_message
 
 logger = logging.getLogger(__name__)
@@ -131,6 +132,7 @@ def add_completion(
     (art_graph's handler) call this to skip validation. Returns the additional history the
     completion joined or started; None when it joined the main history.
     """
+    _tracing.on_completion(traj, request_messages, reply, tools)  # a no-op unless tracing is on
     request = list(request_messages)
     normal_request: list[tuple[Any, ...] | None] = [None] * len(request)
 
@@ -164,6 +166,7 @@ def record_tool_result(
     traj = trajectory if trajectory is not None else _current.get()
     if traj is None:
         return
+    _tracing.on_tool_result(traj, tool_call_id, name)
     message: Message = {"role": "tool", "tool_call_id": tool_call_id, "content": content}
     if name is not None:
         message["name"] = name

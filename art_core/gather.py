@@ -9,8 +9,16 @@ import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
+from . import tracing
 from .trajectory import RolloutError, Trajectory, TrajectoryGroup
 
 logger = logging.getLogger(__name__)
@@ -38,6 +46,7 @@ class _Tally:
             MofNCompleteColumn(),
             TextColumn("reward {task.fields[reward]}  exceptions {task.fields[errors]}"),
             TimeElapsedColumn(),
+            TimeRemainingColumn(),
             disable=not show,
             transient=False,
         )
@@ -141,7 +150,11 @@ async def gather_trajectory_groups(
             await _settle(tasks)
         for t in tasks:  # keep rollout order within the group
             group.add_result(t.result())
-        return await _apply(after_each, group)
+        out = await _apply(after_each, group)
+        if tracing.tracing_enabled():  # one trace per rollout, now that its reward is final
+            for traj in (t for g in out for t in g.trajectories):
+                tracing.trace_trajectory(traj)
+        return out
 
     with tally.progress:
         jobs = [asyncio.ensure_future(finish(g, p)) for g, p in zip(groups, pending, strict=True)]

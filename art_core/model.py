@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field, PrivateAttr
 
 from .backend import DEFAULT_BEST_METRIC, Backend, Registration, TrainResult
 from .config import ModelConfig, SFTConfig, TrainConfig
+from .loggers import Reporter, chosen_loggers, judge_metrics
 from .openai_capture import CapturingTransport
 from .rundir import check_name
 from .trajectory import Message, Trajectory, TrajectoryGroup
@@ -33,16 +34,20 @@ class Model(BaseModel):
     inference_api_key: str | None = None
     inference_model_name: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+    report_to: list[str] | None = None  # metrics loggers (art_core.loggers); None: ART_REPORT_TO
 
     _backend: Backend | None = PrivateAttr(default=None)
+    _reporter: Reporter | None = PrivateAttr(default=None)
 
     def model_post_init(self, __context: Any) -> None:
         check_name("model name", self.name)
         check_name("project", self.project)
+        chosen_loggers(self.report_to)  # an unknown name fails here, not mid-run
 
     async def register(self, backend: Backend) -> None:
         """Attach the model to a backend, which sets up serving (and for a trainable model, the LoRA)."""
         self._backend = backend
+        self.reporter()  # a chosen logger that is not installed fails before any rollout
         reg: Registration = await backend.register(self)
         self.inference_base_url = reg.base_url
         self.inference_api_key = reg.api_key
@@ -103,12 +108,22 @@ class Model(BaseModel):
         without trajectories: they travel as the metrics of a group with no trajectories and land
         in the history row as ``group/<name>``.
         """
-        out = _as_groups(groups or [])
+        groups = _as_groups(groups or [])
         if metrics:
-            out.append(TrajectoryGroup(metrics=dict(metrics)))
-        if not out:
+            groups.append(TrajectoryGroup(metrics=dict(metrics)))
+        if not groups:
             raise ValueError("model.log() needs trajectories, groups or metrics= to log")
-        return await self.backend().log(self, out, split, step)
+        metrics = await self.backend().log(self, groups, split, step)
+        if self.reporter().loggers:
+            at = step if step is not None else (await self.get_step() if isinstance(self, TrainableModel) else 0)
+            self.reporter().log({**metrics, **judge_metrics(groups)}, split=split, step=at)
+        return metrics
+
+    def reporter(self) -> Reporter:
+        """The metrics loggers chosen by ``report_to`` / ``ART_REPORT_TO``; ``.close()`` ends their runs."""
+        if self._reporter is None:
+            self._reporter = Reporter(self, chosen_loggers(self.report_to))
+        return self._reporter
 
 
 class TrainableModel(Model):
@@ -142,7 +157,9 @@ class TrainableModel(Model):
                 raise TypeError(f"train() item {i} is a {type(g).__name__}; pass TrajectoryGroup objects")
             if g.pending:
                 raise ValueError(f"group {i} still has {g.pending} unfinished rollouts; gather it first")
-        return await self.backend().train(self, groups, config or TrainConfig(), verbose=verbose)
+        result = await self.backend().train(self, groups, config or TrainConfig(), verbose=verbose)
+        self.reporter().log({**result.metrics, **judge_metrics(groups)}, split="train", step=result.step)
+        return result
 
     async def train_sft(
         self,
@@ -153,7 +170,9 @@ class TrainableModel(Model):
     ) -> TrainResult:
         """Supervised fine-tuning on the assistant turns of trajectories or plain message lists."""
         trajectories = [d if isinstance(d, Trajectory) else Trajectory(messages=list(d)) for d in data]
-        return await self.backend().train_sft(self, trajectories, config or SFTConfig(), verbose=verbose)
+        result = await self.backend().train_sft(self, trajectories, config or SFTConfig(), verbose=verbose)
+        self.reporter().log(result.metrics, split="sft", step=result.step)
+        return result
 
     async def list_checkpoints(self) -> list[int]:
         return await self.backend().list_checkpoints(self)

@@ -14,12 +14,14 @@ from typing import Any
 
 import httpx
 
+from . import tracing
 from .capture import capture, current_trajectory, record_completion, sample_from_choice
 
 logger = logging.getLogger(__name__)
 
 
 def _record(body: dict[str, Any], data: dict[str, Any], trainable: bool) -> None:
+    tracing.note_response(body, data)
     for choice in data.get("choices") or []:
         message = dict(choice.get("message") or {})
         if "art_step" in data and "art_step" not in choice:
@@ -100,6 +102,8 @@ class CapturingTransport(httpx.AsyncBaseTransport):
         self.trainable = trainable
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if current_trajectory() is not None:
+            tracing.call_started()
         response = await self.inner.handle_async_request(request)
         trajectory = current_trajectory()
         if (

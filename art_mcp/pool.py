@@ -29,7 +29,7 @@ import tempfile
 from collections.abc import AsyncIterator, Callable
 from typing import Literal
 
-from .session import DEFAULT_MAX_RESULT_CHARS, Connection, McpSession, ServerSpec, resolve_server
+from .session import DEFAULT_MAX_OUTPUT_CHARS, Connection, McpSession, ServerSpec, resolve_server
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ class ServerPool:
         prewarm: int = 0,
         timeout: float | None = 30.0,
         startup_timeout: float = 60.0,
-        max_result_chars: int | None = DEFAULT_MAX_RESULT_CHARS,
+        max_output_chars: int | None = DEFAULT_MAX_OUTPUT_CHARS,
     ) -> None:
         if isolation not in ("per_rollout", "shared"):
             raise ValueError(f"isolation must be 'per_rollout' or 'shared', got {isolation!r}")
@@ -71,7 +71,7 @@ class ServerPool:
         self.prewarm = prewarm if isolation == "per_rollout" else 0
         self.timeout = timeout
         self.startup_timeout = startup_timeout
-        self.max_result_chars = max_result_chars
+        self.max_output_chars = max_output_chars
         self.live = 0  # connections open or opening
         self.peak = 0
         self.started = 0
@@ -127,7 +127,7 @@ class ServerPool:
                 spec,
                 timeout=self.timeout,
                 startup_timeout=self.startup_timeout,
-                max_result_chars=self.max_result_chars,
+                max_output_chars=self.max_output_chars,
                 workdir=workdir,
             )
         except BaseException:

@@ -37,7 +37,7 @@ logger = logging.getLogger(__name__)
 
 ServerSpec = str | Sequence[str] | StdioServerParameters
 ROLLOUT_DIR = "{rollout_dir}"  # replaced in a pooled server's arguments, env and cwd by its own directory
-DEFAULT_MAX_RESULT_CHARS = 100_000
+DEFAULT_MAX_OUTPUT_CHARS = 100_000
 
 
 class McpServerError(RuntimeError):
@@ -134,7 +134,11 @@ def cut_text(text: str, limit: int | None) -> tuple[str, int]:
     if limit is None or len(text) <= limit:
         return text, 0
     cut = len(text) - limit
-    return f"{text[:limit]}\n[... {cut} more characters cut by art_mcp (max_result_chars={limit})]", cut
+    note = (
+        f"[tool output cut: {len(text)} characters, the first {limit} kept; pass max_output_chars= to "
+        "art_mcp.connect or ServerPool (or set session.max_output_chars) to keep more]"
+    )
+    return f"{text[:limit]}\n{note}", cut
 
 
 @dataclass
@@ -152,7 +156,7 @@ class McpSession:
     label: str
     timeout: float | None = 30.0
     stderr: IO[str] | None = None
-    max_result_chars: int | None = DEFAULT_MAX_RESULT_CHARS
+    max_output_chars: int | None = DEFAULT_MAX_OUTPUT_CHARS
     workdir: str | None = None  # the server's own working directory (pooled stdio servers)
     _crashed: ServerCrashed | None = field(default=None, repr=False)
     _lost: asyncio.Event | None = field(default=None, repr=False)  # see compat.streamable_http
@@ -189,7 +193,7 @@ class McpSession:
         `arguments` is a dict or the JSON string a model produced. Errors the model can react to
         (unknown tool, bad arguments, a tool that raises or times out) come back as a result with
         ``is_error=True``; a server that has died raises `ServerCrashed`. A result longer than
-        `max_result_chars` is cut, with a marker, before it is recorded or returned (counted in the
+        `max_output_chars` is cut, with a marker, before it is recorded or returned (counted in the
         trajectory's ``mcp/truncated_results`` metric).
         """
         call_id = tool_call_id or f"call_{uuid.uuid4().hex[:12]}"
@@ -226,7 +230,7 @@ class McpSession:
                 )
                 if is_error and not text.lower().startswith("error"):
                     text = f"Error: {text}"
-                text, cut = cut_text(text, self.max_result_chars)
+                text, cut = cut_text(text, self.max_output_chars)
                 if cut:
                     structured = None  # as long as the text: not kept in the trajectory either
         out = ToolResult(
@@ -334,7 +338,7 @@ class Connection:
         *,
         timeout: float | None = 30.0,
         startup_timeout: float = 60.0,
-        max_result_chars: int | None = DEFAULT_MAX_RESULT_CHARS,
+        max_output_chars: int | None = DEFAULT_MAX_OUTPUT_CHARS,
         workdir: str | None = None,
     ) -> None:
         target = resolve_server(server)
@@ -344,7 +348,7 @@ class Connection:
         self.label = describe(self.target)
         self.timeout = timeout
         self.startup_timeout = startup_timeout
-        self.max_result_chars = max_result_chars
+        self.max_output_chars = max_output_chars
         self.workdir = workdir
         self._ready: asyncio.Future[McpSession] | None = None
         self._stop = asyncio.Event()
@@ -401,7 +405,7 @@ class Connection:
                     self.label,
                     timeout=self.timeout,
                     stderr=stderr,
-                    max_result_chars=self.max_result_chars,
+                    max_output_chars=self.max_output_chars,
                     workdir=self.workdir,
                     _lost=lost,
                 )
@@ -444,14 +448,14 @@ async def connect(
     *,
     timeout: float | None = 30.0,
     startup_timeout: float = 60.0,
-    max_result_chars: int | None = DEFAULT_MAX_RESULT_CHARS,
+    max_output_chars: int | None = DEFAULT_MAX_OUTPUT_CHARS,
 ) -> AsyncIterator[McpSession]:
     """Connect to an MCP server for the length of the block; the server process stops after it.
 
     `server` is a command line (``"python -m my_server"``), an argument list, an
     `mcp.StdioServerParameters`, or an ``http(s)://`` URL of a streamable-HTTP server. `timeout`
     bounds each tool call (a call that runs past it becomes an error tool message);
-    `startup_timeout` bounds spawning and the MCP handshake; `max_result_chars` cuts longer tool
+    `startup_timeout` bounds spawning and the MCP handshake; `max_output_chars` cuts longer tool
     results (None: never).
 
     Example:
@@ -459,7 +463,7 @@ async def connect(
             print(session.openai_tools())
     """
     connection = Connection(
-        server, timeout=timeout, startup_timeout=startup_timeout, max_result_chars=max_result_chars
+        server, timeout=timeout, startup_timeout=startup_timeout, max_output_chars=max_output_chars
     )
     session = await connection.open()
     try:
@@ -469,7 +473,7 @@ async def connect(
 
 
 __all__ = [
-    "DEFAULT_MAX_RESULT_CHARS",
+    "DEFAULT_MAX_OUTPUT_CHARS",
     "ROLLOUT_DIR",
     "Connection",
     "McpServerError",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
-import logging
 import os
 import sys
 
@@ -29,6 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="art", description="ART, the Agent Reinforcement Trainer")
     parser.add_argument("--version", action="version", version=f"art {__version__}")
+    parser.add_argument("--verbose", action="store_true",
+                        help="show dependencies' logs, progress bars and warnings (accepted after the command too)")
     sub = parser.add_subparsers(dest="command")
 
     s = sub.add_parser("serve", help="serve and train models over HTTP (OpenAI-compatible /v1 + training API)")
@@ -44,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--engine-dtype", choices=["auto", "float32", "bfloat16", "float16"], default=None,
                    help="weights' dtype in the transformers engine (default: each model's config.dtype; 'auto' is "
                         "bfloat16 on GPUs and on CPUs with native bfloat16, else float32)")
+    s.add_argument("--max-request-mb", type=float, default=256,
+                   help="largest request body accepted, in MB (default 256); larger ones get a 413")
     s.add_argument("--log-level", default="info")
 
     d = sub.add_parser("demo", help="train smollm2-135m to add two-digit numbers; held-out accuracy before and after")
@@ -64,6 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_eval_parser(sub)
 
+    from .report import add_parser as add_report_parser
+
+    add_report_parser(sub)
+
     sub.add_parser("autorl", help="generate tasks from an MCP server's tools and train on them (art_mcp)",
                    add_help=False)
     return parser
@@ -82,7 +89,7 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     service = ModelService(BackendConfig(path=args.path, engine=args.engine, device=args.device, port=args.port,
                                          vllm_python=args.vllm_python, engine_dtype=args.engine_dtype))
-    app = create_app(service, api_key=args.api_key)
+    app = create_app(service, api_key=args.api_key, max_body_bytes=int(args.max_request_mb * 2**20))
 
     @app.on_event("shutdown")
     async def _close() -> None:
@@ -94,21 +101,28 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from art_core.cli_logging import pop_verbose, setup_cli_logging
+
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "autorl":
+    if argv and argv[0] == "autorl":  # it has its own -v/--verbose
+        setup_cli_logging(bool({"-v", "--verbose"} & set(argv)))
         from art_mcp.cli import autorl_main  # another package's CLI: imported only when asked for
 
         return int(autorl_main(argv[1:]) or 0)
+    argv, verbose = pop_verbose(argv)
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=getattr(args, "log_level", "warning").upper() if args.command == "serve" else "WARNING",
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_cli_logging(verbose, level=args.log_level if args.command == "serve" else None)
     if args.command == "serve":
         return serve(args)
     if args.command == "demo":
         from .demo import run_demo
 
         return run_demo(args)
+    if args.command == "report":
+        from .report import report_main
+
+        return report_main(args)
     if args.command == "eval":
         from .eval_cli import run_eval
 

@@ -16,11 +16,13 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from art_core import Model, Registration, SFTConfig, TrainableModel, TrainConfig, Trajectory, TrajectoryGroup
 from art_core.backend import DEFAULT_BEST_METRIC
 
 from .engines.base import ChatRequest, EngineError, SamplingParams
+from .prometheus import install_metrics
 from .service import ModelService, ServiceError
 
 __all__ = ["ChatCompletionBody", "create_app"]
@@ -54,6 +56,8 @@ class ChatCompletionBody(BaseModel):
         for i, m in enumerate(self.messages):
             if m.get("role") not in {"system", "developer", "user", "assistant", "tool"}:
                 raise ServiceError(f"messages[{i}] has role {m.get('role')!r}; use system, user, assistant or tool")
+        for i, tool in enumerate(self.tools or ()):
+            _check_tool(i, tool)
         stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
         sampling = SamplingParams(
             temperature=1.0 if self.temperature is None else self.temperature,
@@ -69,6 +73,21 @@ class ChatCompletionBody(BaseModel):
         return ChatRequest(messages=self.messages, model=self.model, tools=tools, tool_choice=self.tool_choice,
                            sampling=sampling, stream=self.stream, tokens_as_ids=self.return_tokens_as_token_ids,
                            extra=self.model_extra or {})
+
+
+_TOOL_SHAPE = '{"type": "function", "function": {"name": ..., "description": ..., "parameters": {JSON Schema}}}'
+
+
+def _check_tool(i: int, tool: dict[str, Any]) -> None:
+    function = tool.get("function")
+    if tool.get("type", "function") != "function" or not isinstance(function, dict):
+        raise ServiceError(f"tools[{i}] is not a function tool (it needs type 'function' and a 'function' object); "
+                           f"each tool is {_TOOL_SHAPE}")
+    if not isinstance(function.get("name"), str) or not function["name"]:
+        raise ServiceError(f"tools[{i}].function has no 'name'; each tool is {_TOOL_SHAPE}")
+    if "parameters" in function and not isinstance(function["parameters"], dict):
+        raise ServiceError(f"tools[{i}].function.parameters is a {type(function['parameters']).__name__}; it must be a "
+                           'JSON Schema object such as {"type": "object", "properties": {...}}')
 
 
 class _TrainBody(BaseModel):
@@ -96,19 +115,79 @@ def _error(status: int, message: str, type: str, code: str | None = None) -> JSO
     return JSONResponse({"error": {"message": message, "type": type, "code": code, "param": None}}, status_code=status)
 
 
-def create_app(service: ModelService, *, api_key: str | None = None) -> FastAPI:
-    """The FastAPI app for `service`; with `api_key`, every request needs ``Authorization: Bearer <key>``."""
+MAX_BODY_BYTES = 256 * 2**20  # a training call with many long trajectories is tens of MB; chat bodies are small
+
+
+class _BodyLimit:
+    """ASGI middleware: a request body over `limit` bytes gets a 413 before the app parses any of it.
+
+    A declared Content-Length is checked at once; a chunked body is counted as it arrives.
+    """
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope.get("headers") or []).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.limit:
+            return await self._refuse(int(length), send)
+        chunks, size = [], 0
+        while True:  # read the body here (the app would buffer it anyway), counting as it comes
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.limit:
+                return await self._refuse(size, send, at_least=True)
+            if not message.get("more_body"):
+                break
+        body, replayed = b"".join(chunks), False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, size: int, send: Any, at_least: bool = False) -> None:
+        mb = self.limit / 2**20
+        message = (f"the request body is {'over ' if at_least else ''}{size} bytes, more than this server's limit of "
+                   f"{self.limit} ({mb:g} MB); send fewer trajectory groups per call, or start `art serve` with a "
+                   "larger --max-request-mb")
+        response = _error(413, message, "invalid_request_error", "request_too_large")
+        await response({"type": "http"}, _no_body, send)
+
+
+async def _no_body() -> dict[str, Any]:
+    return {"type": "http.disconnect"}
+
+
+def create_app(service: ModelService, *, api_key: str | None = None, max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
+    """The FastAPI app for `service`; with `api_key`, every request needs ``Authorization: Bearer <key>``.
+
+    Request bodies over `max_body_bytes` are refused with a 413.
+    """
     app = FastAPI(title="ART", docs_url=None, redoc_url=None)
     app.state.service = service
+    app.add_middleware(_BodyLimit, limit=max_body_bytes)
 
     @app.middleware("http")
     async def check_key(request: Request, call_next: Any) -> Any:
         if api_key and request.url.path != "/health":
-            given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
-            if not hmac.compare_digest(given.encode(), api_key.encode()):
+            scheme, _, given = request.headers.get("authorization", "").partition(" ")
+            # compare_digest even when the scheme is wrong, so the time taken never depends on the key
+            if not hmac.compare_digest(given.strip().encode(), api_key.encode()) or scheme.lower() != "bearer":
                 return _error(401, "missing or wrong API key: send 'Authorization: Bearer <key>'",
                               "authentication_error", "invalid_api_key")
         return await call_next(request)
+
+    metrics = install_metrics(app, service)  # GET /metrics (Prometheus); counts every request, 401s too
 
     @app.exception_handler(ServiceError)
     async def service_error(_: Request, exc: ServiceError) -> JSONResponse:
@@ -117,6 +196,11 @@ def create_app(service: ModelService, *, api_key: str | None = None) -> FastAPI:
     @app.exception_handler(EngineError)
     async def engine_error(_: Request, exc: EngineError) -> JSONResponse:
         return _error(exc.status, str(exc), exc.type)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        message = f"{exc.detail}: {request.method} {request.url.path}; the routes are listed in docs/http-api.md"
+        return _error(exc.status_code, message, "not_found_error" if exc.status_code == 404 else "invalid_request_error")
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -127,7 +211,8 @@ def create_app(service: ModelService, *, api_key: str | None = None) -> FastAPI:
         try:
             return await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ServiceError(f"the request body is not valid JSON: {exc}") from exc
+            raise ServiceError(f"the request body is not valid JSON ({exc}); send one UTF-8 JSON object with "
+                               "Content-Type: application/json") from exc
 
     def _parse(model: type[BaseModel], data: Any) -> Any:
         try:
@@ -150,12 +235,17 @@ def create_app(service: ModelService, *, api_key: str | None = None) -> FastAPI:
         body: ChatCompletionBody = _parse(ChatCompletionBody, await _json(request))
         chat_request = body.to_request()
         if not body.stream:  # a plain dict of JSON types: json.dumps it, skip FastAPI's 10x slower encoder
-            return JSONResponse(await service.chat(body.model, chat_request))
+            answer = await service.chat(body.model, chat_request)
+            if metrics is not None:
+                metrics.completion(body.model, answer)
+            return JSONResponse(answer)
         chunks = await service.chat_stream(body.model, chat_request)
 
         async def sse() -> AsyncIterator[bytes]:
             try:
                 async for chunk in chunks:
+                    if metrics is not None:
+                        metrics.stream_chunk(body.model, chunk)
                     yield f"data: {json.dumps(chunk)}\n\n".encode()
             except (EngineError, ServiceError) as exc:
                 err = {"error": {"message": str(exc), "type": exc.type}}
@@ -209,13 +299,13 @@ def create_app(service: ModelService, *, api_key: str | None = None) -> FastAPI:
     @app.post("/art/v1/models/{name}/train")
     async def train(name: str, request: Request) -> StreamingResponse:
         body: _TrainBody = _parse(_TrainBody, await _json(request))
-        service.check_trainable(name)  # unknown model: a 404 before the stream starts
+        service.check_train(name, body.groups)  # unknown model or bad trajectories: an error before the stream starts
         return _stream_training(lambda p: service.train(name, body.groups, body.config, p))
 
     @app.post("/art/v1/models/{name}/train_sft")
     async def train_sft(name: str, request: Request) -> StreamingResponse:
         body: _SFTBody = _parse(_SFTBody, await _json(request))
-        service.check_trainable(name)
+        service.check_train(name, [TrajectoryGroup(body.trajectories)])
         return _stream_training(lambda p: service.train_sft(name, body.trajectories, body.config, p))
 
     @app.post("/art/v1/models/{name}/log")

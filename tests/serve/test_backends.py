@@ -125,7 +125,7 @@ async def test_engine_dtype_serves_a_float32_trainer(dtype: str, tiny_model_path
         assert r.model_extra["art_step"] == 1 and len(r.choices[0].model_extra["token_ids"]) == 4
         # a checkpoint whose adapter is not what the trainer holds fails the check at either precision
         service, entry = backend.service, backend.service.entry("bf16")
-        wrong = tmp_path / "wrong"
+        wrong = entry.rundir.path / "wrong"  # adapters load only from inside the run directory
         shutil.copytree(entry.rundir.checkpoint_path(1), wrong)
         tensors = load_file(str(wrong / "adapter_model.safetensors"))
         tensors = {k: (torch.randn_like(v) * 0.05 if "lora_B" in k else v) for k, v in tensors.items()}

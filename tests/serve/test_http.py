@@ -127,7 +127,7 @@ async def test_wrong_adapter_fails_the_weight_sync_check(served, tmp_path: Path)
     backend, model = served
     service = backend.service
     entry = service.entry("http")
-    wrong = tmp_path / "wrong-adapter"
+    wrong = entry.rundir.path / "wrong-adapter"  # adapters load only from inside the run directory
     shutil.copytree(entry.rundir.checkpoint_path(0), wrong)
     tensors = load_file(wrong / "adapter_model.safetensors")
     torch.manual_seed(0)

@@ -66,7 +66,7 @@ async def test_vllm_engine_serves_trains_swaps_and_restarts(tmp_path: Path) -> N
 
         # a deliberately wrong adapter must fail the weight-sync check on vLLM too
         service, entry = backend.service, backend.service.entry("vl")
-        wrong = tmp_path / "wrong-adapter"
+        wrong = entry.rundir.path / "wrong-adapter"  # adapters load only from inside the run directory
         shutil.copytree(entry.rundir.checkpoint_path(1), wrong)
         torch.manual_seed(0)
         tensors = {k: (torch.randn_like(v) * 0.5 if "lora_B" in k else v)

@@ -1,0 +1,275 @@
+"""Reliability figures against a real `art serve` process: load, load with a training step, and a soak.
+
+  load   256 concurrent chat completions (bundled smollm2-135m, 16 new tokens each): errors, p50/p99
+         latency, the server's RSS before and after; then 256 again with a training step in the middle:
+         128 sent, the step starts once 4 have answered (on their samples), the other 128 arrive while it
+         holds inference and must be served by the new step; none may fail.
+  soak   rollouts and training steps in a loop for --minutes; the server's RSS, open files and
+         threads sampled after every step; growth after warm-up must stay under the stated bounds.
+  cases  every bad-input row of tests/reliability/test_bad_input.py sent to the server: expected and
+         observed status and message.
+
+Results go to benchmarks/results/reliability.json (each subcommand updates its own key).
+
+Run (heavy jobs share the lock):
+  flock /tmp/art-heavy.lock .venv/bin/python benchmarks/reliability.py load
+  flock /tmp/art-heavy.lock .venv/bin/python benchmarks/reliability.py soak --minutes 30
+  .venv/bin/python benchmarks/reliability.py cases
+CI runs a short soak on the tiny model (tests/reliability/test_soak.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import httpx  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results" / "reliability.json"
+PROMPTS = ["Name a colour.", "Say hello in French.", "What is 2 + 3?", "Give me one word that rhymes with cat."]
+SOAK_BOUNDS = {"rss_growth_mb": 300.0, "open_files_growth": 8, "threads_growth": 8}
+
+
+# -- the server process -----------------------------------------------------------------------
+def proc_stats(pid: int) -> dict[str, float]:
+    """RSS (MB), open file descriptors and threads of `pid` and its children, from /proc."""
+    pids = [pid]
+    try:
+        pids += [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        pass
+    rss, fds, threads = 0.0, 0, 0
+    for p in pids:
+        try:
+            status = dict(line.split(":", 1) for line in Path(f"/proc/{p}/status").read_text().splitlines() if ":" in line)
+            rss += int(status["VmRSS"].split()[0]) / 1024
+            threads += int(status["Threads"])
+            fds += len(os.listdir(f"/proc/{p}/fd"))
+        except (OSError, KeyError):
+            continue
+    return {"rss_mb": round(rss, 1), "open_files": fds, "threads": threads}
+
+
+def start(home: Path, max_request_mb: float = 256) -> Any:
+    from tests.reliability.conftest import start_serve
+
+    return start_serve(home, None, "--max-request-mb", str(max_request_mb), timeout=300)
+
+
+def register(url: str, base_model: str, name: str = "load", max_seq_len: int = 1024) -> None:
+    body = {"name": name, "project": "reliability", "base_model": base_model, "trainable": True,
+            "config": {"max_seq_len": max_seq_len}}
+    r = httpx.post(f"{url}/art/v1/models/register", json=body, timeout=900)
+    r.raise_for_status()
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+# -- one wave of requests, optionally with a training step in the middle ----------------------
+async def wave(url: str, model: str, n: int, max_tokens: int, train_after: int | None = None) -> dict[str, Any]:
+    latencies: list[float] = []
+    errors: list[str] = []
+    steps: list[int] = []
+    answered = asyncio.Event()
+    samples: list[dict[str, Any]] = []
+    limits = httpx.Limits(max_connections=n + 8, max_keepalive_connections=n + 8)
+    async with httpx.AsyncClient(base_url=url, timeout=1800, limits=limits) as http:
+        async def one(i: int) -> None:
+            body = {"model": model, "messages": [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}],
+                    "max_tokens": max_tokens, "temperature": 1.0, "seed": i, "logprobs": True}
+            t0 = time.perf_counter()
+            try:
+                r = await http.post("/v1/chat/completions", json=body)
+                if r.status_code != 200:
+                    errors.append(f"{r.status_code}: {r.text[:200]}")
+                    return
+                data = r.json()
+                latencies.append(time.perf_counter() - t0)
+                steps.append(int(data.get("art_step", -1)))
+                if len(samples) < 8:
+                    choice = data["choices"][0]
+                    samples.append({"ids": choice["token_ids"], "logprobs": [c["logprob"] for c in choice["logprobs"]["content"]],
+                                    "text": choice["message"]["content"], "i": i})
+            except httpx.HTTPError as exc:
+                errors.append(f"{type(exc).__name__}: {exc}")
+            finally:
+                if train_after is not None and len(latencies) + len(errors) >= train_after:
+                    answered.set()
+
+        async def trainer() -> dict[str, Any]:
+            await answered.wait()
+            groups = [{"trajectories": [
+                {"messages": [{"role": "user", "content": PROMPTS[s["i"] % len(PROMPTS)]},
+                              {"role": "assistant", "content": s["text"],
+                               "sample": {"token_ids": s["ids"], "logprobs": s["logprobs"]}}],
+                 "reward": float(k % 2)} for k, s in enumerate(samples[:4])]}]
+            t0 = time.perf_counter()
+            r = await http.post(f"/art/v1/models/{model}/train", json={"groups": groups, "config": {"learning_rate": 1e-5}})
+            last = json.loads(r.text.strip().splitlines()[-1])
+            return {"train_s": round(time.perf_counter() - t0, 2), "train_result": last.get("type"),
+                    "new_step": last.get("step"), "error": last.get("error")}
+
+        t0 = time.perf_counter()
+        if train_after is None:
+            await asyncio.gather(*[one(i) for i in range(n)])
+            train: dict[str, Any] = {}
+        else:  # half now; the step starts once `train_after` have answered; the other half arrives during it
+            first = [asyncio.ensure_future(one(i)) for i in range(n // 2)]
+            train_task = asyncio.ensure_future(trainer())
+            await answered.wait()
+            await asyncio.sleep(0.2)  # the train request is in: the gate holds, these wait for the new step
+            await asyncio.gather(*first, *[one(i) for i in range(n // 2, n)])
+            train = await train_task
+        out: dict[str, Any] = {
+            "requests": n, "max_tokens": max_tokens, "errors": len(errors), "error_samples": errors[:3],
+            "wall_s": round(time.perf_counter() - t0, 2),
+            "p50_s": round(percentile(latencies, 0.5), 3) if latencies else None,
+            "p99_s": round(percentile(latencies, 0.99), 3) if latencies else None,
+            "max_s": round(max(latencies), 3) if latencies else None,
+            "served_steps": {str(s): steps.count(s) for s in sorted(set(steps))},
+            **train,
+        }
+    return out
+
+
+def load(args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as home:
+        server = start(Path(home))
+        try:
+            register(server.url, args.model)
+            asyncio.run(wave(server.url, "load", 16, args.max_tokens))  # warm-up: first decode, allocator
+            before = proc_stats(server.proc.pid)
+            plain = asyncio.run(wave(server.url, "load", args.requests, args.max_tokens))
+            after_plain = proc_stats(server.proc.pid)
+            with_step = asyncio.run(wave(server.url, "load", args.requests, args.max_tokens,
+                                         train_after=4))
+            after_step = proc_stats(server.proc.pid)
+            alive = server.alive()
+        finally:
+            server.kill()
+    return {
+        "command": f"flock /tmp/art-heavy.lock .venv/bin/python benchmarks/reliability.py load --requests {args.requests}",
+        "model": args.model, "machine": machine(),
+        "plain": plain, "with_training_step": with_step,
+        "rss_mb": {"before": before["rss_mb"], "after_plain": after_plain["rss_mb"], "after_step": after_step["rss_mb"]},
+        "rss_growth_mb": {"plain": round(after_plain["rss_mb"] - before["rss_mb"], 1),
+                          "with_step": round(after_step["rss_mb"] - after_plain["rss_mb"], 1)},
+        "server_alive_after": alive,
+    }
+
+
+# -- soak -------------------------------------------------------------------------------------
+def soak(args: argparse.Namespace, write: bool = True) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as home:
+        server = start(Path(home))
+        samples: list[dict[str, Any]] = []
+        errors = 0
+        try:
+            register(server.url, args.model)
+            deadline = time.time() + args.minutes * 60
+            i = 0
+            while time.time() < deadline or i < args.min_steps:
+                result = asyncio.run(wave(server.url, "load", args.rollouts, args.max_tokens, train_after=4))
+                errors += result["errors"] + (result.get("train_result") != "result")
+                samples.append({"step": result.get("new_step"), "t_s": round(time.time() - deadline + args.minutes * 60, 1),
+                                **proc_stats(server.proc.pid)})
+                i += 1
+            alive = server.alive()
+        finally:
+            server.kill()
+    warm = samples[min(2, len(samples) - 1)]  # after two steps: the allocator and caches have settled
+    last = samples[-1]
+    growth = {"rss_growth_mb": round(last["rss_mb"] - warm["rss_mb"], 1),
+              "open_files_growth": last["open_files"] - warm["open_files"],
+              "threads_growth": last["threads"] - warm["threads"]}
+    return {
+        "command": f"flock /tmp/art-heavy.lock .venv/bin/python benchmarks/reliability.py soak --minutes {args.minutes:g}",
+        "model": args.model, "machine": machine(), "minutes": args.minutes, "steps": len(samples),
+        "errors": errors, "growth_after_warmup": growth, "bounds": SOAK_BOUNDS,
+        "within_bounds": all(growth[k] <= SOAK_BOUNDS[k] for k in SOAK_BOUNDS) and errors == 0 and alive,
+        "samples": samples if len(samples) <= 40 else samples[:: max(1, len(samples) // 40)],
+    }
+
+
+# -- the bad-input table ----------------------------------------------------------------------
+def cases(args: argparse.Namespace) -> dict[str, Any]:
+    from art_train.models import build_tiny_model
+    from tests.reliability.conftest import MAX_REQUEST_MB, register_tiny
+    from tests.reliability.test_bad_input import CONFIG_CASES, HTTP_CASES, TRAJECTORY_CASES, _message, _send
+
+    rows = []
+    with tempfile.TemporaryDirectory() as home:
+        tiny = build_tiny_model(Path(home) / "tiny")
+        server = start(Path(home), MAX_REQUEST_MB)
+        try:
+            register_tiny(server.url, tiny)
+            for kind, table in (("http", HTTP_CASES), ("trajectory", TRAJECTORY_CASES), ("config", CONFIG_CASES)):
+                for case in table:
+                    response = _send(server, case)
+                    message = _message(response)
+                    ok = response.status_code == case.status and all(p in message for p in case.expect)
+                    up = httpx.get(f"{server.url}/health").status_code == 200
+                    rows.append({"kind": kind, "case": case.id, "expected_status": case.status,
+                                 "expected_in_message": case.expect, "observed_status": response.status_code,
+                                 "observed_message": message[:300], "server_up_after": up, "pass": ok and up})
+        finally:
+            server.kill()
+    return {"command": ".venv/bin/python benchmarks/reliability.py cases", "rows": rows,
+            "passed": sum(r["pass"] for r in rows), "total": len(rows)}
+
+
+def machine() -> dict[str, Any]:
+    return {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
+
+
+def save(key: str, value: dict[str, Any]) -> None:
+    data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    data[key] = value
+    RESULTS.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    lo = sub.add_parser("load")
+    lo.add_argument("--model", default="smollm2-135m")
+    lo.add_argument("--requests", type=int, default=256)
+    lo.add_argument("--max-tokens", type=int, default=16)
+    so = sub.add_parser("soak")
+    so.add_argument("--model", default="smollm2-135m")
+    so.add_argument("--minutes", type=float, default=30)
+    so.add_argument("--min-steps", type=int, default=4)
+    so.add_argument("--rollouts", type=int, default=8)
+    so.add_argument("--max-tokens", type=int, default=16)
+    sub.add_parser("cases")
+    parser.add_argument("--no-save", action="store_true", help="print the result, leave the JSON as it is")
+    args = parser.parse_args(argv)
+    result = {"load": load, "soak": soak, "cases": cases}[args.command](args)
+    print(json.dumps(result, indent=2))
+    if not args.no_save:
+        save(args.command, result)
+    ok = {"load": lambda r: r["plain"]["errors"] == 0 and r["with_training_step"]["errors"] == 0 and r["server_alive_after"]
+          and r["with_training_step"]["served_steps"].get(str(r["with_training_step"]["new_step"]), 0) >= r["plain"]["requests"] // 2,
+          "soak": lambda r: r["within_bounds"], "cases": lambda r: r["passed"] == r["total"]}[args.command](result)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
