@@ -141,8 +141,11 @@ class ServerPool:
             raise
 
     def _discard(self, connection: Connection | None, workdir: str | None) -> None:
-        """Undo `_open` for a connection that did not open (or has stopped)."""
+        """Undo `_open` for a connection that did not open, or has stopped; once per connection
+        (a failed opener and close() can both get here)."""
         if connection is not None:
+            if connection not in self._connections:
+                return
             self._connections.discard(connection)
         if workdir is not None:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -170,8 +173,7 @@ class ServerPool:
         try:
             await connection.close()
         finally:
-            if connection in self._connections:
-                self._discard(connection, connection.workdir)
+            self._discard(connection, connection.workdir)
             self._refill()
 
     def _refill(self) -> None:
