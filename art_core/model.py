@@ -34,7 +34,8 @@ class Model(BaseModel):
     inference_api_key: str | None = None
     inference_model_name: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
-    report_to: list[str] | None = None  # metrics loggers (art_core.loggers); None: ART_REPORT_TO
+    # metrics loggers (art_core.loggers); None: ART_REPORT_TO. Client-side: never sent to the backend
+    report_to: list[str] | None = Field(default=None, exclude=True)
 
     _backend: Backend | None = PrivateAttr(default=None)
     _reporter: Reporter | None = PrivateAttr(default=None)

@@ -68,13 +68,19 @@ def test_bad_messages_are_rejected_with_a_reason():
         art.assistant_turn("x", token_ids=[1, 2], logprobs=[-1.0])
 
 
-def test_timer_accumulates():
+def test_timer_accumulates(monkeypatch):
+    import art_core.trajectory as trajectory_module
+
+    clock = iter([10.0, 10.5, 20.0, 20.25])  # two blocks: 0.5 s, then 0.25 s
+    monkeypatch.setattr(trajectory_module.time, "perf_counter", lambda: next(clock))
     traj = art.Trajectory(messages=[])
     with traj.timer("tool"):
         pass
+    assert traj.metrics["time/tool_s"] == 0.5
     with traj.timer("tool"):
         pass
-    assert traj.metrics["time/tool_s"] >= 0
+    assert traj.metrics["time/tool_s"] == 0.75  # added to, not replaced
+    monkeypatch.undo()
     assert traj.finish().metrics["duration_s"] >= 0
 
 
