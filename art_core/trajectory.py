@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import time
 import traceback
@@ -26,6 +27,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+logger = logging.getLogger(__name__)
 
 Message = dict[str, Any]
 Tool = dict[str, Any]
@@ -106,6 +109,32 @@ def clean_message(message: Message) -> Message:
     return {k: v for k, v in message.items() if k != SAMPLE_KEY}
 
 
+def sampled_tokens(choice: dict[str, Any]) -> tuple[list[int], list[float] | None] | None:
+    """The token ids and logprobs of `sample_from_choice`, as plain lists (no validation)."""
+    content = ((choice.get("logprobs") or {}).get("content")) or []
+    token_ids = choice.get("token_ids")
+    logprobs = [float(c["logprob"]) for c in content] or None
+    if token_ids is None and content:
+        token_ids = _ids_from_logprob_tokens(content)
+    if token_ids is None:
+        return None
+    if logprobs is not None and len(logprobs) != len(token_ids):
+        logger.warning("choice has %d token ids but %d logprobs; dropping logprobs", len(token_ids), len(logprobs))
+        logprobs = None
+    return list(token_ids), logprobs
+
+
+def _ids_from_logprob_tokens(content: list[dict[str, Any]]) -> list[int] | None:
+    """Token ids from logprob tokens written as ``token_id:N``; None unless every token is."""
+    ids = []
+    for c in content:
+        t = c.get("token")
+        if type(t) is not str or not t.startswith("token_id:") or not t[9:].isdecimal():
+            return None
+        ids.append(int(t[9:]))
+    return ids
+
+
 def as_message(item: Any, index: int | None = None) -> Message:
     """A message dict from what users put in a history: a dict, an OpenAI SDK message, or an OpenAI
     `Choice` (OpenPipe ART's ``messages_and_choices`` holds them: a choice is the trainable model's
@@ -116,8 +145,6 @@ def as_message(item: Any, index: int | None = None) -> Message:
     if isinstance(item, dict):
         return dict(item)
     if hasattr(item, "message") and hasattr(item, "finish_reason") and hasattr(item, "model_dump"):  # a Choice
-        from .capture import sampled_tokens  # capture imports this module
-
         message = item.message.model_dump(exclude_none=True)
         message["role"] = "assistant"
         tokens = sampled_tokens(item.model_dump())
