@@ -23,8 +23,8 @@ def test_art_core_public_surface_is_pinned():
         "node", "record_completion", "record_tool_result", "retry", "sample_from_choice",
         "Comparison", "EvalResult", "PeriodicEval", "compare", "evaluate",  # held-out evaluation
         "trajectory_group_batches",  # OpenPipe ART's pipelined loop
-        "SFTBatch", "SFTDataError", "iterate_sft", "load_sft_jsonl", "validate_sft_record", "write_sft_jsonl",
-        "learning_rate_at", "mask_turns",  # SFT data, schedules
+        "SFTBatch", "SFTDataError", "iterate_sft", "learning_rate_at", "load_sft_jsonl", "mask_turns",
+        "validate_sft_record", "write_sft_jsonl",  # SFT data files (art_core.sft_data)
     ])
     for name in art_core.__all__:
         assert hasattr(art_core, name), name
