@@ -15,13 +15,23 @@ from .capture import (
 from .config import ModelConfig, SFTConfig, TrainConfig
 from .dataset import DatasetBatch, iterate_dataset
 from .evaluation import Comparison, EvalResult, PeriodicEval, compare, evaluate
-from .gather import TooManyExceptions, gather_trajectories, gather_trajectory_groups
+from .gather import TooManyExceptions, gather_trajectories, gather_trajectory_groups, trajectory_group_batches
 from .metrics import group_metrics
 from .model import Model, TrainableModel
 from .openai_capture import CapturingTransport
 from .remote import BackendError, RemoteBackend
 from .retry import retry
 from .rundir import RunDir, atomic_write_bytes, atomic_write_text
+from .sft_data import (
+    SFTBatch,
+    SFTDataError,
+    iterate_sft,
+    learning_rate_at,
+    load_sft_jsonl,
+    mask_turns,
+    validate_sft_record,
+    write_sft_jsonl,
+)
 from .trajectory import (
     History,
     RolloutError,
@@ -49,7 +59,9 @@ __all__ = [
     "RemoteBackend",
     "RolloutError",
     "RunDir",
+    "SFTBatch",
     "SFTConfig",
+    "SFTDataError",
     "Sample",
     "TooManyExceptions",
     "TrainConfig",
@@ -69,10 +81,17 @@ __all__ = [
     "gather_trajectory_groups",
     "group_metrics",
     "iterate_dataset",
+    "iterate_sft",
+    "learning_rate_at",
+    "load_sft_jsonl",
+    "mask_turns",
     "message_sample",
     "node",
     "record_completion",
     "record_tool_result",
     "retry",
     "sample_from_choice",
+    "trajectory_group_batches",
+    "validate_sft_record",
+    "write_sft_jsonl",
 ]

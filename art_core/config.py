@@ -92,7 +92,9 @@ class ModelConfig(BaseModel):
     chat_template: str | None = Field(
         None, description="A Jinja chat template (text, or a name from TRL's chat_templates) to use instead of the tokenizer's."
     )
-    tool_parser: str = Field("hermes", description="How tool calls are parsed from the model's text.")
+    tool_parser: str | None = Field(
+        None, description="How tool calls are parsed from the model's text; None: the base model's family's parser (hermes when unknown)."
+    )
     seed: int = Field(0, description="Seed for the LoRA's initialisation.")
     retain_checkpoints: int | None = Field(
         3,

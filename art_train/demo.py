@@ -32,8 +32,8 @@ console = Console()
 
 # steps, groups a step, rollouts a group, learning rate; chosen on the dev split (see docs/serving.md)
 DEFAULTS: dict[str, dict[str, Any]] = {
-    "addition": {"steps": 12, "groups": 8, "group_size": 6, "learning_rate": 3e-4},
-    "brevity": {"steps": 16, "groups": 6, "group_size": 6, "learning_rate": 3e-4},
+    "addition": {"steps": 12, "groups": 8, "group_size": 6, "learning_rate": 3e-4, "temperature": 1.0},
+    "brevity": {"steps": 16, "groups": 6, "group_size": 6, "learning_rate": 3e-4, "temperature": 1.0},
 }
 
 
@@ -88,6 +88,7 @@ async def demo(
     eval_split: str = "test",
     eval_every: int = 0,
     eval_size: int | None = None,
+    temperature: float = 1.0,
 ) -> dict[str, Any]:
     """Evaluate step 0, train `steps` GRPO steps, evaluate the last step; returns the summary it writes.
 
@@ -112,7 +113,7 @@ async def demo(
                                config=art.ModelConfig(max_seq_len=512, seed=seed), metadata={"task_set": task})
     val = art.PeriodicEval(spec.eval_rollout, held_out_questions, every=eval_every or max(steps, 1), seed=seed,
                            task_id=lambda q: q.id, split=eval_split if eval_split != "test" else "val",
-                           show_progress=False)
+                           max_concurrency=64, show_progress=False)
     history: list[dict[str, Any]] = []
     try:
         with console.status("loading the model (the first run converts smollm2-135m once)"):
@@ -127,7 +128,7 @@ async def demo(
             t0 = time.perf_counter()
             batch = rng.sample(train_questions, groups)
             gathered = await art.gather_trajectory_groups(
-                (art.TrajectoryGroup(spec.rollout(model, q) for _ in range(group_size)) for q in batch),
+                (art.TrajectoryGroup(spec.rollout(model, q, temperature) for _ in range(group_size)) for q in batch),
                 pbar_desc=f"step {step}/{steps} rollouts")
             metrics = art.group_metrics(gathered)
             result = await model.train(gathered, config=art.TrainConfig(learning_rate=lr))
@@ -150,7 +151,7 @@ async def demo(
     run_dir = output / ".art" / "demo" / "models" / model.name
     summary = {
         "task": task, "base_model": base_model, "seed": seed, "steps": steps, "groups": groups,
-        "group_size": group_size, "learning_rate": lr, "eval_split": eval_split,
+        "group_size": group_size, "learning_rate": lr, "temperature": temperature, "eval_split": eval_split,
         "held_out_questions": len(held_out_questions), "wall_s": round(wall, 1),
         "base": base.to_dict(), "trained": trained.to_dict(), "comparison": comparison.to_dict(),
         "held_out_by_step": {s: r.mean for s, r in sorted(val.results.items())},
@@ -171,7 +172,8 @@ def run_demo(args: argparse.Namespace) -> int:
         steps=args.steps or d["steps"], output=Path(args.output), base_model=args.model,
         groups=args.groups or d["groups"], group_size=args.group_size or d["group_size"],
         lr=args.learning_rate or d["learning_rate"], seed=args.seed, task=task,
-        eval_split=getattr(args, "eval_split", None) or "test", eval_every=getattr(args, "eval_every", None) or 0))
+        eval_split=getattr(args, "eval_split", None) or "test", eval_every=getattr(args, "eval_every", None) or 0,
+        temperature=d["temperature"] if getattr(args, "temperature", None) is None else args.temperature))
     c = summary["comparison"]
     console.print(f"held-out {summary['eval_split']}: {c['base_mean']:.3f} -> {c['other_mean']:.3f} "
                   f"({c['diff']:+.3f}, 95% CI [{c['ci'][0]:+.3f}, {c['ci'][1]:+.3f}])")

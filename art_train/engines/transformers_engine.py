@@ -23,8 +23,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from transformers.cache_utils import DynamicCache
 
-from ..models import chat_template_for, load_causal_lm, load_tokenizer, serving_dtype, template_messages
+from ..models import (
+    chat_template_for,
+    load_causal_lm,
+    load_tokenizer,
+    serving_dtype,
+    template_messages,
+    tool_parser_for,
+)
 from .adapters import BaseWeights, LoraPair, load_lora, probe_logprobs
 from .attention import use_float32_cache_attention
 from .base import ChatRequest, EngineError, SamplingParams
@@ -52,6 +60,7 @@ class _Seq:
     finish_reason: str | None = None
     stop_text_at: int | None = None  # where a stop string starts in the decoded text
     error: BaseException | None = None
+    parse_error: str | None = None  # why text that looked like a tool call was kept as content
 
 
 @dataclass
@@ -121,6 +130,7 @@ class TransformersEngine:
         path = resolve_base_model(self.base_model)
         self.tokenizer = load_tokenizer(path)
         self.chat_template = chat_template_for(self.tokenizer, self.model_config)
+        self.parser = get_tool_parser(tool_parser_for(self.base_model, self.model_config, self.chat_template))
         self.model = load_causal_lm(path, dtype=self.dtype, device=self.device)
         self.model.requires_grad_(False)
         self.torch_device = next(self.model.parameters()).device
@@ -293,8 +303,8 @@ class TransformersEngine:
             if seq.error is not None:
                 raise EngineError(f"generation failed: {seq.error}") from seq.error
             start = sent.get(seq.index, 0)
-            if not final and (request.tools or count <= start):
-                continue  # with tools, the text is parsed once at the end
+            if not final and (request.tools or count <= start or getattr(self.parser, "markup", False)):
+                continue  # with tools (or a format with markup, harmony), the text is parsed once at the end
             if not final:
                 text = self._decode(seq.tokens[:count])
                 delta_text, texts[seq.index] = text[len(texts[seq.index]):], text
@@ -319,7 +329,8 @@ class TransformersEngine:
             end = len(seq.tokens)
             yield {**head, "choices": [{"index": seq.index, "delta": delta,
                                         "logprobs": self._logprobs(seq, start, end, request),
-                                        "token_ids": seq.tokens[start:end], "finish_reason": seq.finish_reason}]}
+                                        "token_ids": seq.tokens[start:end], "finish_reason": seq.finish_reason,
+                                        **({"tool_parse_error": seq.parse_error} if seq.parse_error else {})}]}
         yield {**head, "choices": [], "usage": self._usage(prompt, seqs)}
 
     # -- response building ---------------------------------------------------------------------
@@ -333,13 +344,22 @@ class TransformersEngine:
 
     def _message(self, seq: _Seq, request: ChatRequest) -> dict[str, Any]:
         text = self._text(seq)
+        parsed = self.parser(text)
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if parsed.reasoning is not None or getattr(self.parser, "markup", False):
+            message["content"] = parsed.content  # harmony: content is the final channel, markup stripped
+            if parsed.reasoning is not None:
+                message["reasoning_content"] = parsed.reasoning
         if request.tools and request.tool_choice != "none":
-            parsed = self.parser(text)
+            if parsed.error is not None:  # kept as content; counted, never raised
+                self.stats["tool_parse_errors"] = self.stats.get("tool_parse_errors", 0) + 1
+                seq.parse_error = parsed.error
+                logger.info("tool call kept as text: %s", parsed.error)
             if parsed.tool_calls:
                 if seq.finish_reason == "stop":
                     seq.finish_reason = "tool_calls"
-                return {"role": "assistant", "content": parsed.content, "tool_calls": parsed.tool_calls}
-        return {"role": "assistant", "content": text}
+                message.update(content=parsed.content, tool_calls=parsed.tool_calls)
+        return message
 
     def _token_str(self, tid: int, request: ChatRequest) -> str:
         return f"token_id:{tid}" if request.tokens_as_ids else self.tokenizer.decode([tid], skip_special_tokens=False)
@@ -372,6 +392,7 @@ class TransformersEngine:
                 "finish_reason": seq.finish_reason,
                 "logprobs": self._logprobs(seq, 0, len(seq.tokens), request),
                 "token_ids": list(seq.tokens),
+                **({"tool_parse_error": seq.parse_error} if seq.parse_error else {}),
             })
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
@@ -468,8 +489,11 @@ class TransformersEngine:
         positions = (mask.cumsum(1) - 1).clamp(min=0)
         dev = self.torch_device
         with torch.inference_mode():
+            # A cache with no config keeps every layer whole: the default one keeps only the last window
+            # of a sliding-window layer (Gemma 3, GPT-OSS), which the growing cache cannot line up with
+            # the full layers. The model's sliding masks still apply; only memory is spent.
             out = model(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=positions.to(dev),
-                        use_cache=True, logits_to_keep=1)
+                        cache=DynamicCache(), use_cache=True, logits_to_keep=1)
         cache = grow_in_place(out.cache if getattr(out, "cache", None) is not None else out.past_key_values,
                               self.cache_dtype)
         batch = _Batch(model=model, seqs=list(seqs), cache=cache, mask=mask.to(dev),

@@ -77,6 +77,7 @@ class VLLMEngine:
         # bfloat16 on CPU against a float32 trainer: rounding alone moves some probe tokens by ~0.25
         self.sync_tolerance: float | None = 0.02 if self.gpu else 0.5
         self.sync_reference_dtype: str | None = None  # the trainer's own precision, within sync_tolerance
+        self.vllm_tool_parser = getattr(model_config, "tool_parser", None) or "hermes"  # refined in start()
         self._adapters: dict[str, Path] = {}
         self._proc: subprocess.Popen[bytes] | None = None
         self._client = httpx.AsyncClient(base_url=self.url, timeout=httpx.Timeout(600.0, connect=10.0))
@@ -97,7 +98,7 @@ class VLLMEngine:
             "--max-model-len", str(min(max_len, 4096)),
             "--enable-lora", "--max-lora-rank", str(rank), "--max-loras", "4",
             "--enable-auto-tool-choice",
-            "--tool-call-parser", getattr(self.model_config, "tool_parser", None) or "hermes",
+            "--tool-call-parser", self.vllm_tool_parser,
             "--chat-template", str(template_file),
         ]
         if not self.gpu:
@@ -131,14 +132,16 @@ class VLLMEngine:
     async def start(self) -> None:
         if self._proc is not None:
             return
-        from ..models import chat_template_for, load_tokenizer
+        from ..models import chat_template_for, load_tokenizer, vllm_tool_parser_for
 
         tokenizer = await asyncio.to_thread(load_tokenizer, self.base_model)
         self.tokenizer = tokenizer
         fd, name = tempfile.mkstemp(prefix="art-template-", suffix=".jinja")
+        template = chat_template_for(tokenizer, self.model_config)
         with os.fdopen(fd, "w") as f:
-            f.write(chat_template_for(tokenizer, self.model_config))
+            f.write(template)
         self._template_file = Path(name)
+        self.vllm_tool_parser = vllm_tool_parser_for(self.base_model, self.model_config, template)
         self._spawn()
         try:
             await self._wait_ready()

@@ -1,0 +1,86 @@
+"""RULER against ART-E's true reward: groups with a known ranking, a scripted judge over HTTP, Kendall tau."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+
+import pytest
+
+from examples.art_e.inbox import generate_inbox, write_db
+from examples.art_e.ruler_agreement import VARIANTS, build_groups, measure
+from examples.art_e.teacher import spoken
+from tests.support.scripted_openai import ScriptedOpenAI
+
+BLOCK = re.compile(r'<trajectory id="(\d+)">\n(.*?)\n</trajectory>', re.S)
+
+
+@pytest.fixture(scope="module")
+def inbox():
+    return generate_inbox(1002)
+
+
+@pytest.fixture(scope="module")
+def built(inbox, tmp_path_factory):
+    """Four groups, built once through one real server process (tests get fresh copies)."""
+    db = write_db([inbox], tmp_path_factory.mktemp("ruler") / "inboxes.sqlite")
+    return asyncio.run(build_groups(db, [inbox], 4, seed=1))
+
+
+@pytest.fixture
+def groups(built):
+    return [g.model_copy(deep=True) for g in built]
+
+
+def perfect_judge(inbox, reverse=False):
+    """Scores each shown rollout by what it did, knowing the right answers: the true order (or its reverse)."""
+
+    def rule(text: str, prompt: str) -> float:
+        q = next(q for q in inbox.questions if q.question in prompt)
+        if "return_final_answer" not in text:
+            return 0.0  # format error
+        if "search_emails" not in text:
+            return 0.1  # guess
+        if "I don't know" in text:
+            return 0.5
+        final = text[text.rindex("return_final_answer") :]
+        if json.dumps(spoken(q)) not in final:
+            return 0.3  # wrong after reading
+        return 0.9 if "read_email({" in text else 1.0  # read an email (not only a hint to)
+
+    def handler(body):
+        prompt = next(m["content"] for m in body["messages"] if m["role"] == "user")
+        scores = {i: rule(t, prompt) for i, t in BLOCK.findall(prompt)}
+        if reverse:
+            scores = {i: 1 - s for i, s in scores.items()}
+        items = [{"trajectory_id": i, "explanation": "x", "score": s} for i, s in scores.items()]
+        return {"content": json.dumps({"scores": items})}
+
+    return handler
+
+
+def test_groups_have_a_full_true_ranking(groups):
+    for g in groups:
+        by_variant = {t.metadata["variant"]: t.reward for t in g.trajectories}
+        assert sorted(by_variant) == sorted(VARIANTS)
+        order = sorted(by_variant, key=by_variant.get, reverse=True)
+        # a correct answer from the search snippets alone takes fewer turns, so it earns a little more
+        assert order == ["no_read", "teacher", "give_up", "wrong_after_reading", "guess", "format_error"]
+    assert any([t.metadata["variant"] for t in g.trajectories] != list(VARIANTS) for g in groups)  # shuffled
+
+
+async def test_tau_is_one_for_a_perfect_judge_minus_one_reversed_and_failures_are_dropped(
+    built, groups, inbox
+):
+    params = lambda s: {"api_base": s.url, "api_key": "x"}  # noqa: E731
+    with ScriptedOpenAI(perfect_judge(inbox)) as server:
+        good = await measure(groups, "openai/judge", params(server))
+    assert good["scored"] == 4 and good["tau_mean"] == pytest.approx(1.0) and good["judge_calls"] == 4
+    groups = [g.model_copy(deep=True) for g in built]
+    with ScriptedOpenAI(perfect_judge(inbox, reverse=True)) as server:
+        bad = await measure(groups, "openai/judge", params(server))
+    assert bad["tau_mean"] == pytest.approx(-1.0) and bad["tau_ci"] == [pytest.approx(-1.0)] * 2
+    with ScriptedOpenAI({"content": "no idea"}) as server:
+        broken = await measure(groups, "openai/judge", params(server))
+    assert broken["scored"] == 0 and broken["dropped"] == 4 and "tau_mean" not in broken
