@@ -53,6 +53,9 @@ class FunctionEngine:
     async def unload_adapter(self, name: str) -> None:
         self.adapters.pop(name, None)
 
+    async def adapter_fingerprint(self, name: str) -> str | None:
+        return None  # it holds no weights: the weight-sync check relies on the probe
+
     async def sequence_logprobs(self, token_ids: list[int], adapter: str | None) -> list[float]:
         return [-1.0] * max(len(token_ids) - 1, 0)
 
