@@ -81,7 +81,8 @@ def figures(stages: dict[str, art.EvalResult], keys: dict[str, str | None]) -> d
     return out
 
 
-METRICS = {"score": None, "win_rate": "win", "draw_rate": "draw", "loss_rate": "loss", "illegal_rate": "illegal"}
+METRICS = {"score": None, "win_rate": "win", "draw_rate": "draw", "loss_rate": "loss", "illegal_rate": "illegal",
+           "tagged_rate": "tagged"}
 
 
 def record(path: Path, example: str, entry: dict[str, Any]) -> None:
