@@ -86,7 +86,7 @@ def _token_id(tokenizer: Any, token: str) -> int | None:
 
 def apply_family(name: str, tokenizer: Any, model: Any) -> None:
     """Set the family's chat template, turn-end eos and stop tokens on a tokenizer and model (in place)."""
-    from .models import template_by_name
+    from .sources import template_by_name
 
     family = FAMILIES[name]
     if family.template is not None:
@@ -113,16 +113,16 @@ def _gguf_tokenizer(source: str) -> Any:
     """The raw tokenizer of a bundled GGUF, cached as a folder (reading one from a GGUF takes 15-25 s)."""
     from transformers import AutoTokenizer
 
-    from . import models
+    from . import sources
 
-    folder = models.cache_dir() / "tokenizers" / source
+    folder = sources.cache_dir() / "tokenizers" / source
     if not (folder / "tokenizer_config.json").exists():
-        with models._file_lock(folder.parent / f".{source}.lock"):
+        with sources._file_lock(folder.parent / f".{source}.lock"):
             if not (folder / "tokenizer_config.json").exists():
-                gguf = {"smollm2": models._smollm2_gguf, "qwen": models._qwen25_gguf,
-                        "gemma3": models._gemma3_gguf}[source]()
+                gguf = {"smollm2": sources.smollm2_gguf, "qwen": sources.qwen25_gguf,
+                        "gemma3": sources.gemma3_gguf}[source]()
                 tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-                with models._atomic_dir(folder) as tmp:
+                with sources._atomic_dir(folder) as tmp:
                     tokenizer.save_pretrained(tmp)
     return AutoTokenizer.from_pretrained(str(folder))
 

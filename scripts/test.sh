@@ -13,6 +13,7 @@ if [ "${ART_SKIP_VLLM:-0}" != "1" ] && [ -f scripts/setup_vllm.sh ]; then
   export ART_VLLM_PYTHON="$PWD/.venv-vllm/bin/python"
   export ART_REQUIRE_VLLM="${ART_REQUIRE_VLLM:-1}"
 fi
+export ART_REQUIRE_BUNDLED="${ART_REQUIRE_BUNDLED:-1}"  # setup.sh installed .[models]: the bundled-model tests must run
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 LITELLM_LOCAL_MODEL_COST_MAP=True TOKENIZERS_PARALLELISM=false
 if [ $# -eq 0 ] && [ "${ART_SKIP_MCP1:-0}" != "1" ]; then
   # the full run: then tests/mcp and tests/graph again under the mcp SDK 1.x (docs/mcp.md)

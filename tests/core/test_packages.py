@@ -84,12 +84,7 @@ def test_art_train_composes_plugins_only_in_the_art_cli():
     assert not bad, f"only art_train.cli (the `art` command) may import a plugin: {bad}"
 
 
-KNOWN_CYCLE = pytest.mark.xfail(
-    strict=True, reason="art_train.models and art_train.families import each other inside functions; "
-    "when that is untangled this test passes and the mark must go")
-
-
-@pytest.mark.parametrize("package", [p if p != "art_train" else pytest.param(p, marks=KNOWN_CYCLE) for p in PACKAGES])
+@pytest.mark.parametrize("package", PACKAGES)
 def test_no_import_cycle_between_modules_of_a_package(package):
     imports = _imports(package)
     modules = set(imports)
