@@ -78,7 +78,9 @@ async def _stale_steps_fail(backend: LocalBackend, model: art.TrainableModel, *,
     """Step 1 correct; step 2 loads checkpoint 1 (stale); step 3 loads checkpoint 0; step 4 correct again."""
     name = model.name
     ok = await model.train(await groups_for(model), config=LR, verbose=False)
-    assert ok.step == 1 and ok.metrics["weight_sync/vs_previous/s"] == pytest.approx(1.0, abs=0.2)
+    assert ok.step == 1 and ok.metrics["weight_sync/identity_match"] == 1.0
+    if ok.metrics["weight_sync/distinguishable"]:  # a bfloat16 engine may not tell a 1e-5 step apart
+        assert ok.metrics["weight_sync/vs_previous/s"] == pytest.approx(1.0, abs=0.2)
     seen = {"correct": ok.metrics}
     for step, source in ((2, 1), (3, 0)):
         ctx = without_identity(backend, name) if not identity else contextlib.nullcontext()
@@ -166,11 +168,11 @@ async def test_vllm_engine_catches_a_stale_adapter(tmp_path: Path) -> None:
         seen = await _stale_steps_fail(backend, model, identity=True)
         assert "the engine holds adapter weights" in seen["stale_1"] and "checkpoint 0's" in seen["stale_0"]
         # the probe alone, on vLLM's bfloat16: it fails the stale step, or says it cannot tell; never a pass
-        with without_identity(backend, "vsync"), engine_loads(backend, "vsync", 5, 4):
+        with without_identity(backend, "vsync"), engine_loads(backend, "vsync", 4, 3):
             try:
                 result = await model.train(await groups_for(model), config=LR, verbose=False)
             except WeightSyncError as exc:
-                assert "checkpoint 4's" in str(exc)
+                assert "from checkpoint 3 to 4" in str(exc)
             else:
                 assert result.metrics["weight_sync/distinguishable"] == 0.0
     finally:
