@@ -15,7 +15,7 @@ from .capture import (
 from .config import ModelConfig, SFTConfig, TrainConfig
 from .dataset import DatasetBatch, iterate_dataset
 from .evaluation import Comparison, EvalResult, PeriodicEval, compare, evaluate
-from .gather import TooManyExceptions, gather_trajectories, gather_trajectory_groups
+from .gather import TooManyExceptions, gather_trajectories, gather_trajectory_groups, trajectory_group_batches
 from .metrics import group_metrics
 from .model import Model, TrainableModel
 from .openai_capture import CapturingTransport
@@ -91,6 +91,7 @@ __all__ = [
     "record_tool_result",
     "retry",
     "sample_from_choice",
+    "trajectory_group_batches",
     "validate_sft_record",
     "write_sft_jsonl",
 ]

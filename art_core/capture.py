@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import tracing as _tracing
-from .trajectory import SAMPLE_KEY, History, Message, Sample, Tool, Trajectory, clean_message
+from .trajectory import SAMPLE_KEY, History, Message, Sample, Tool, Trajectory, clean_message, sampled_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -201,29 +201,3 @@ def sample_from_choice(choice: dict[str, Any], *, model: str | None = None) -> S
     if tokens is None:
         return None
     return Sample(token_ids=tokens[0], logprobs=tokens[1], step=choice.get("art_step"), model=model)
-
-
-def sampled_tokens(choice: dict[str, Any]) -> tuple[list[int], list[float] | None] | None:
-    """The token ids and logprobs of `sample_from_choice`, as plain lists (no validation)."""
-    content = ((choice.get("logprobs") or {}).get("content")) or []
-    token_ids = choice.get("token_ids")
-    logprobs = [float(c["logprob"]) for c in content] or None
-    if token_ids is None and content:
-        token_ids = _ids_from_logprob_tokens(content)
-    if token_ids is None:
-        return None
-    if logprobs is not None and len(logprobs) != len(token_ids):
-        logger.warning("choice has %d token ids but %d logprobs; dropping logprobs", len(token_ids), len(logprobs))
-        logprobs = None
-    return list(token_ids), logprobs
-
-
-def _ids_from_logprob_tokens(content: list[dict[str, Any]]) -> list[int] | None:
-    """Token ids from logprob tokens written as ``token_id:N``; None unless every token is."""
-    ids = []
-    for c in content:
-        t = c.get("token")
-        if type(t) is not str or not t.startswith("token_id:") or not t[9:].isdecimal():
-            return None
-        ids.append(int(t[9:]))
-    return ids

@@ -52,7 +52,11 @@ def setup_cli_logging(verbose: bool = False, level: str | int | None = None) -> 
     for h in list(root.handlers):
         if getattr(h, "_art_cli", False):
             root.removeHandler(h)
-    handler = RichHandler(show_path=verbose, rich_tracebacks=verbose, markup=False)
+    if sys.stderr.isatty():
+        handler: logging.Handler = RichHandler(show_path=verbose, rich_tracebacks=verbose, markup=False)
+    else:  # a log file or a pipe: one plain line per record, no wrapping at 80 columns
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler._art_cli = True  # type: ignore[attr-defined]
     root.addHandler(handler)
     root.setLevel(chosen)

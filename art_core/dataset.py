@@ -28,10 +28,13 @@ def iterate_dataset(
     shuffle: bool = True,
     seed: int = 0,
     drop_last: bool = False,
+    use_tqdm: bool = False,
 ) -> Iterator[DatasetBatch[T]]:
     """Yield batches of `groups_per_step` items; `initial_step` skips steps already trained.
 
     Each epoch is shuffled with ``seed + epoch``, so a resumed run sees the same order.
+    ``use_tqdm`` is accepted for code ported from OpenPipe ART and does nothing: the progress bar
+    is `gather_trajectory_groups`'s.
 
     Example:
         for batch in iterate_dataset(tasks, groups_per_step=4, num_epochs=3, initial_step=await model.get_step()):

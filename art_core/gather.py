@@ -6,7 +6,7 @@ import asyncio
 import inspect
 import logging
 import math
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
 from rich.progress import (
@@ -80,6 +80,18 @@ async def _run(aw: Awaitable[Trajectory], sem: asyncio.Semaphore | None) -> Traj
         return exc
 
 
+async def _settle(tasks: list[asyncio.Future[Any]]) -> None:
+    """Wait until every task is done, even if this task is cancelled meanwhile (then re-raise that)."""
+    cancelled = False
+    while not all(t.done() for t in tasks):
+        try:
+            await asyncio.shield(asyncio.gather(*tasks, return_exceptions=True))
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+
+
 async def _apply(after_each: AfterEach | None, group: TrajectoryGroup) -> list[TrajectoryGroup]:
     if after_each is None:
         return [group]
@@ -100,6 +112,8 @@ async def gather_trajectory_groups(
     after_each: AfterEach | None = None,
     pbar_desc: str = "gather",
     show_progress: bool = True,
+    pbar_total_completion_tokens: bool | None = None,
+    max_metrics: int | None = None,
 ) -> list[TrajectoryGroup]:
     """Finish every group's rollouts, at most `max_concurrency` at a time, in the order given.
 
@@ -107,6 +121,8 @@ async def gather_trajectory_groups(
     the gather stops and raises `TooManyExceptions`. Failures within the limit are recorded on
     their group (``group.exceptions``). `after_each` sees each finished group and returns it, a
     replacement, a list of groups, or None to drop it (RULER scoring fits here).
+    ``pbar_total_completion_tokens`` and ``max_metrics`` (OpenPipe ART's progress-bar options) are
+    accepted and do nothing.
 
     Example:
         groups = await gather_trajectory_groups(
@@ -129,6 +145,9 @@ async def gather_trajectory_groups(
         finally:
             for t in tasks:
                 t.cancel()
+            # wait for the cancelled rollouts to finish their cleanup (close sessions, stop servers):
+            # a rollout left running would outlive the gather and the resources the caller closes next
+            await _settle(tasks)
         for t in tasks:  # keep rollout order within the group
             group.add_result(t.result())
         out = await _apply(after_each, group)
@@ -169,4 +188,73 @@ async def gather_trajectories(
     return group.trajectories
 
 
-__all__ = ["RolloutError", "TooManyExceptions", "gather_trajectories", "gather_trajectory_groups"]
+async def trajectory_group_batches(
+    groups: Iterable[TrajectoryGroup],
+    *,
+    batch_size: int,
+    max_batch_exceptions: int | float = 0,
+    max_concurrent_batches: int = 4,
+    skip_batches: int = 0,
+    pbar_desc: str | None = "batches",
+    pbar_total_completion_tokens: bool | None = None,
+) -> AsyncIterator[list[TrajectoryGroup]]:
+    """Yield batches of `batch_size` finished groups as they finish (OpenPipe ART's pipelined loop).
+
+    Up to ``batch_size * max_concurrent_batches`` groups run at once, so the next batch's rollouts
+    go on while you train on this one; groups come in the order they finish. The first
+    ``skip_batches * batch_size`` groups are skipped (resume). More than `max_batch_exceptions`
+    failed rollouts in one batch (a count, or a fraction of its rollouts) raises
+    `TooManyExceptions`. Leaving the loop early cancels the groups still running.
+
+    Example:
+        async for batch in art.trajectory_group_batches(groups, batch_size=4):
+            await model.train(batch)
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    waiting = list(groups)[batch_size * skip_batches :]
+    running: set[asyncio.Future[list[TrajectoryGroup]]] = set()
+    batch: list[TrajectoryGroup] = []
+
+    async def finish(group: TrajectoryGroup) -> list[TrajectoryGroup]:
+        # every failure is kept on the group; the batch decides (check)
+        return await gather_trajectory_groups([group], max_exceptions=group.pending, show_progress=False)
+
+    def check(groups: list[TrajectoryGroup]) -> None:
+        failed = sum(len(g.exceptions) for g in groups)
+        total = failed + sum(len(g.trajectories) for g in groups)
+        limit = max_batch_exceptions if isinstance(max_batch_exceptions, int) else max_batch_exceptions * total
+        if failed > limit:
+            first = next(e for g in groups for e in g.exceptions)
+            raise TooManyExceptions(
+                f"{failed} rollouts failed in a batch, more than max_batch_exceptions={max_batch_exceptions}; "
+                f"first failure: {first.type}: {first.message}"
+            )
+
+    try:
+        while waiting or running:
+            while waiting and len(running) < batch_size * max_concurrent_batches:
+                running.add(asyncio.ensure_future(finish(waiting.pop(0))))
+            done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            for fut in done:
+                batch += fut.result()
+            while len(batch) >= batch_size:
+                out, batch = batch[:batch_size], batch[batch_size:]
+                check(out)
+                yield out
+        if batch:
+            check(batch)
+            yield batch
+    finally:
+        for fut in running:
+            fut.cancel()
+        await _settle(list(running))
+
+
+__all__ = [
+    "RolloutError",
+    "TooManyExceptions",
+    "gather_trajectories",
+    "gather_trajectory_groups",
+    "trajectory_group_batches",
+]

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from .rundir import art_home
 
 if TYPE_CHECKING:
-    from .model import Model
+    from .backend import ModelLike  # what a logger reads from a model; .model imports this module
     from .trajectory import TrajectoryGroup
 
 __all__ = [
@@ -70,14 +70,14 @@ def _need(module: str, extra: str, chosen: str) -> Any:
         ) from exc
 
 
-def _run_key(model: Model) -> str:
+def _run_key(model: ModelLike) -> str:
     return f"{model.project}-{model.name}"
 
 
 class WandbLogger:
     """One W&B run per model (id ``<project>-<name>``, resumed if it exists)."""
 
-    def __init__(self, model: Model) -> None:
+    def __init__(self, model: ModelLike) -> None:
         self._wandb = _need("wandb", "wandb", "wandb")
         self._model = model
         self._run: Any = None
@@ -106,7 +106,7 @@ class WandbLogger:
 class TensorBoardLogger:
     """Scalar events in a TensorBoard log directory (no torch, no TensorFlow needed)."""
 
-    def __init__(self, model: Model, log_dir: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, model: ModelLike, log_dir: str | os.PathLike[str] | None = None) -> None:
         self._writer_mod = _need("tensorboard.summary.writer.event_file_writer", "tensorboard", "tensorboard")
         self._proto = _need("tensorboard.compat.proto.event_pb2", "tensorboard", "tensorboard")
         self._summary = _need("tensorboard.compat.proto.summary_pb2", "tensorboard", "tensorboard")
@@ -133,7 +133,7 @@ class TensorBoardLogger:
 class MLflowLogger:
     """One MLflow run per model in the experiment named after its project."""
 
-    def __init__(self, model: Model, tracking_uri: str | None = None) -> None:
+    def __init__(self, model: ModelLike, tracking_uri: str | None = None) -> None:
         self._mlflow = _need("mlflow", "mlflow", "mlflow")
         self._entities = _need("mlflow.entities", "mlflow", "mlflow")
         self._model = model
@@ -174,14 +174,14 @@ class MLflowLogger:
             self.run_id = None
 
 
-LOGGERS: dict[str, Callable[[Model], MetricsLogger]] = {
+LOGGERS: dict[str, Callable[[ModelLike], MetricsLogger]] = {
     "wandb": WandbLogger,
     "tensorboard": TensorBoardLogger,
     "mlflow": MLflowLogger,
 }
 
 
-def register_logger(name: str, factory: Callable[[Model], MetricsLogger]) -> None:
+def register_logger(name: str, factory: Callable[[ModelLike], MetricsLogger]) -> None:
     """Make ``report_to=[name]`` build a logger with ``factory(model)``.
 
     Example:
@@ -229,7 +229,7 @@ def judge_metrics(groups: Iterable[TrajectoryGroup]) -> dict[str, float]:
 class Reporter:
     """The loggers of one model; built on first use, closed with `close`."""
 
-    def __init__(self, model: Model, names: list[str]) -> None:
+    def __init__(self, model: ModelLike, names: list[str]) -> None:
         self.loggers = [LOGGERS[n](model) for n in names]
 
     def log(self, metrics: dict[str, Any], *, split: str, step: int) -> None:

@@ -9,7 +9,7 @@ from .trajectory import TrajectoryGroup
 
 
 def group_metrics(groups: list[TrajectoryGroup]) -> dict[str, Any]:
-    """Reward mean and std, counts, and the mean of every numeric trajectory metric."""
+    """Reward mean and std, counts, and the mean of every numeric trajectory and group metric."""
     trajs = [t for g in groups for t in g.trajectories]
     rewards = [t.reward for t in trajs]
     out: dict[str, Any] = {
@@ -23,4 +23,9 @@ def group_metrics(groups: list[TrajectoryGroup]) -> dict[str, Any]:
     for key in keys:
         values = [float(t.metrics[key]) for t in trajs if isinstance(t.metrics.get(key), (int, float))]
         out[f"metric/{key}"] = statistics.fmean(values)
+    # group metrics (RULER's usage, or what `model.log(metrics=...)` logs): their mean over the groups
+    group_keys = sorted({k for g in groups for k, v in g.metrics.items() if isinstance(v, (int, float))})
+    for key in group_keys:
+        values = [float(g.metrics[key]) for g in groups if isinstance(g.metrics.get(key), (int, float))]
+        out[f"group/{key}"] = statistics.fmean(values)
     return out

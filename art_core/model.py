@@ -34,7 +34,8 @@ class Model(BaseModel):
     inference_api_key: str | None = None
     inference_model_name: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
-    report_to: list[str] | None = None  # metrics loggers (art_core.loggers); None: ART_REPORT_TO
+    # metrics loggers (art_core.loggers); None: ART_REPORT_TO. Client-side: never sent to the backend
+    report_to: list[str] | None = Field(default=None, exclude=True)
 
     _backend: Backend | None = PrivateAttr(default=None)
     _reporter: Reporter | None = PrivateAttr(default=None)
@@ -56,6 +57,10 @@ class Model(BaseModel):
     def served_name(self, step: int | None = None) -> str:
         name = self.inference_model_name or self.name
         return f"{name}@{step}" if step is not None else name
+
+    def get_inference_name(self) -> str:
+        """OpenPipe ART's name for `served_name()`."""
+        return self.served_name()
 
     def _endpoint(self) -> tuple[str, str]:
         if not self.inference_base_url:
@@ -92,13 +97,23 @@ class Model(BaseModel):
 
     async def log(
         self,
-        groups: Iterable[TrajectoryGroup] | Iterable[Trajectory],
-        *,
+        groups: Iterable[TrajectoryGroup] | Iterable[Trajectory] | None = None,
         split: str = "val",
+        *,
         step: int | None = None,
+        metrics: dict[str, float] | None = None,
     ) -> dict[str, Any]:
-        """Write trajectories and their metrics to the run directory (e.g. a validation pass)."""
-        groups = _as_groups(groups)
+        """Write trajectories and their metrics to the run directory (e.g. a validation pass).
+
+        `metrics` (OpenPipe ART's ``model.log(metrics=..., step=...)``) are logged too, with or
+        without trajectories: they travel as the metrics of a group with no trajectories and land
+        in the history row as ``group/<name>``.
+        """
+        groups = _as_groups(groups or [])
+        if metrics:
+            groups.append(TrajectoryGroup(metrics=dict(metrics)))
+        if not groups:
+            raise ValueError("model.log() needs trajectories, groups or metrics= to log")
         metrics = await self.backend().log(self, groups, split, step)
         if self.reporter().loggers:
             at = step if step is not None else (await self.get_step() if isinstance(self, TrainableModel) else 0)

@@ -42,10 +42,17 @@ class _Event:
     attributes: dict[str, Any] = field(default_factory=dict)
 
 
+class _Events(list):  # one rollout's events, plus the tool call ids already among them
+    def __init__(self) -> None:
+        super().__init__()
+        self.tool_ids: set[str] = set()
+        self.chats = 0
+
+
 class _State:
     def __init__(self, provider: Any, tracer: Any, owned: bool) -> None:
         self.provider, self.tracer, self.owned = provider, tracer, owned
-        self.pending: OrderedDict[str, list[_Event]] = OrderedDict()
+        self.pending: OrderedDict[str, _Events] = OrderedDict()
 
 
 _state: _State | None = None
@@ -155,10 +162,10 @@ def note_response(body: dict[str, Any], data: dict[str, Any]) -> None:
     _call.set(call)
 
 
-def _pending(state: _State, traj: Trajectory) -> list[_Event]:
+def _pending(state: _State, traj: Trajectory) -> _Events:
     events = state.pending.get(traj.id)
     if events is None:
-        events = state.pending[traj.id] = []
+        events = state.pending[traj.id] = _Events()
         if len(state.pending) > MAX_PENDING:
             dropped, _ = state.pending.popitem(last=False)
             logger.warning("tracing: rollout %s was never traced (trace_trajectory not called); dropped", dropped)
@@ -171,6 +178,8 @@ def on_completion(traj: Trajectory, request: list[Message], reply: Message, tool
         return
     call = _call.get() or {}
     _call.set(None)
+    events = _pending(state, traj)
+    _tools_from_request(events, request, call.get("start_ns") or time.time_ns())
     sample = reply.get("sample") or {}
     model = call.get("model") or sample.get("model") or "unknown"
     attrs: dict[str, Any] = {
@@ -196,16 +205,43 @@ def on_completion(traj: Trajectory, request: list[Message], reply: Message, tool
     attrs.update({k: v for k, v in optional.items() if v is not None})
     if tools:
         attrs["art.tools"] = len(tools)
-    _pending(state, traj).append(_Event("chat", call.get("start_ns"), time.time_ns(), attrs))
+    events.append(_Event("chat", call.get("start_ns"), time.time_ns(), attrs))
+    events.chats += 1
+
+
+def _tools_from_request(events: _Events, request: list[Message], before_ns: int) -> None:
+    """Tool results that reach the model only inside a request (a LangGraph ToolNode, a plain
+    OpenAI loop) get a span too: from the previous event's end to this call's start."""
+    if not events.chats:  # tool results before the first call are context
+        return
+    new = [m for m in request if m.get("role") == "tool" and m.get("tool_call_id") not in events.tool_ids]
+    if not new:
+        return
+    names: dict[str, str] = {}
+    for m in request:
+        for c in m.get("tool_calls") or []:
+            names[c.get("id")] = (c.get("function") or {}).get("name")
+    for m in new:
+        cid = m.get("tool_call_id")
+        if cid and cid not in events.tool_ids:
+            events.tool_ids.add(cid)
+            name = m.get("name") or names.get(cid) or "unknown"
+            attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.call.id": cid,
+                     "gen_ai.tool.name": name, "gen_ai.tool.type": "function"}
+            events.append(_Event("tool", None, before_ns, attrs))
 
 
 def on_tool_result(traj: Trajectory, tool_call_id: str, name: str | None) -> None:
     state = _active()
     if state is None:
         return
+    events = _pending(state, traj)
+    if tool_call_id in events.tool_ids:
+        return
+    events.tool_ids.add(tool_call_id)
     attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.call.id": tool_call_id,
              "gen_ai.tool.name": name or "unknown", "gen_ai.tool.type": "function"}
-    _pending(state, traj).append(_Event("tool", None, time.time_ns(), attrs))
+    events.append(_Event("tool", None, time.time_ns(), attrs))
 
 
 def trace_trajectory(traj: Trajectory, *, agent: str | None = None, split: str | None = None) -> None:

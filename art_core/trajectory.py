@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import time
 import traceback
@@ -17,7 +18,17 @@ import uuid
 from collections.abc import Awaitable, Iterable, Iterator
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    field_validator,
+    model_validator,
+)
+
+logger = logging.getLogger(__name__)
 
 Message = dict[str, Any]
 Tool = dict[str, Any]
@@ -98,13 +109,83 @@ def clean_message(message: Message) -> Message:
     return {k: v for k, v in message.items() if k != SAMPLE_KEY}
 
 
-def _check_messages(messages: list[Message]) -> list[Message]:
+def sampled_tokens(choice: dict[str, Any]) -> tuple[list[int], list[float] | None] | None:
+    """The token ids and logprobs of `sample_from_choice`, as plain lists (no validation)."""
+    content = ((choice.get("logprobs") or {}).get("content")) or []
+    token_ids = choice.get("token_ids")
+    logprobs = [float(c["logprob"]) for c in content] or None
+    if token_ids is None and content:
+        token_ids = _ids_from_logprob_tokens(content)
+    if token_ids is None:
+        return None
+    if logprobs is not None and len(logprobs) != len(token_ids):
+        logger.warning("choice has %d token ids but %d logprobs; dropping logprobs", len(token_ids), len(logprobs))
+        logprobs = None
+    return list(token_ids), logprobs
+
+
+def _ids_from_logprob_tokens(content: list[dict[str, Any]]) -> list[int] | None:
+    """Token ids from logprob tokens written as ``token_id:N``; None unless every token is."""
+    ids = []
+    for c in content:
+        t = c.get("token")
+        if type(t) is not str or not t.startswith("token_id:") or not t[9:].isdecimal():
+            return None
+        ids.append(int(t[9:]))
+    return ids
+
+
+def as_message(item: Any, index: int | None = None) -> Message:
+    """A message dict from what users put in a history: a dict, an OpenAI SDK message, or an OpenAI
+    `Choice` (OpenPipe ART's ``messages_and_choices`` holds them: a choice is the trainable model's
+    turn; its token ids and logprobs, when it carries them, become the turn's sample)."""
+    if type(item) is dict:
+        return item
+    where = f"message {index}" if index is not None else "a message"
+    if isinstance(item, dict):
+        return dict(item)
+    if hasattr(item, "message") and hasattr(item, "finish_reason") and hasattr(item, "model_dump"):  # a Choice
+        message = item.message.model_dump(exclude_none=True)
+        message["role"] = "assistant"
+        tokens = sampled_tokens(item.model_dump())
+        if tokens is not None:
+            message[SAMPLE_KEY] = sample_dict(tokens[0], tokens[1], step=getattr(item, "art_step", None))
+        return message
+    if hasattr(item, "model_dump") and hasattr(item, "role"):  # ChatCompletionMessage and friends
+        return item.model_dump(exclude_none=True)
+    raise TypeError(
+        f"{where} is a {type(item).__name__}; a history holds OpenAI-format message dicts, OpenAI SDK "
+        "messages or Choice objects (from response.choices)"
+    )
+
+
+class Turns(list):  # type: ignore[type-arg]
+    """The turns of a history: a list that converts what is added (see `as_message`) and refuses
+    what it cannot use, at the moment it is added rather than later in `messages()` or a judge."""
+
+    def append(self, item: Any) -> None:
+        super().append(item if type(item) is dict else as_message(item, len(self)))
+
+    def extend(self, items: Iterable[Any]) -> None:
+        super().extend(m if type(m) is dict else as_message(m) for m in items)
+
+    def insert(self, index: Any, item: Any) -> None:
+        super().insert(index, as_message(item))
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        if isinstance(index, slice):
+            super().__setitem__(index, [as_message(m) for m in value])
+        else:
+            super().__setitem__(index, as_message(value))
+
+    def __iadd__(self, items: Iterable[Any]) -> Turns:  # type: ignore[override]
+        self.extend(items)
+        return self
+
+
+def _check_messages(messages: list[Any]) -> list[Message]:
+    messages = Turns(as_message(m, i) for i, m in enumerate(messages))
     for i, message in enumerate(messages):
-        if not isinstance(message, dict):
-            raise TypeError(
-                f"message {i} is a {type(message).__name__}; messages are OpenAI-format dicts "
-                "(use message.model_dump() for SDK objects)"
-            )
         if message.get("role") not in {"system", "developer", "user", "assistant", "tool", "function"}:
             raise ValueError(f"message {i} has no valid 'role' (got {message.get('role')!r})")
         if SAMPLE_KEY in message:
@@ -115,14 +196,48 @@ def _check_messages(messages: list[Message]) -> list[Message]:
 
 
 class History(BaseModel):
-    """One conversation: messages plus the tools the model was offered."""
+    """One conversation: messages plus the tools the model was offered.
 
-    model_config = ConfigDict(validate_by_name=True, validate_by_alias=True, serialize_by_alias=True)
+    ``messages_and_choices`` (OpenPipe ART's name) is accepted for ``messages``, and OpenAI
+    `Choice` objects among them become assistant turns. Unknown fields are refused.
+    """
 
-    turns: list[Message] = Field(default_factory=list, alias="messages")
+    model_config = ConfigDict(
+        validate_by_name=True, validate_by_alias=True, serialize_by_alias=True, extra="forbid"
+    )
+
+    turns: list[Any] = Field(
+        default_factory=Turns,
+        alias="messages",
+        validation_alias=AliasChoices("messages", "messages_and_choices", "turns"),
+    )
     tools: list[Tool] | None = None
 
     _validate_turns = field_validator("turns")(classmethod(lambda cls, v: _check_messages(v)))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_fields(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            known = {"messages", "messages_and_choices", "turns"} | set(cls.model_fields)
+            unknown = sorted(str(k) for k in data if k not in known)
+            if unknown:
+                raise ValueError(
+                    f"{cls.__name__} has no field {', '.join(map(repr, unknown))}; its fields are "
+                    f"{', '.join(['messages', *(f for f in cls.model_fields if f != 'turns')])} "
+                    "(messages_and_choices is accepted for messages)"
+                )
+        return data
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ("turns", "messages_and_choices"):
+            name, value = "turns", _check_messages(list(value))
+        super().__setattr__(name, value)
+
+    @property
+    def messages_and_choices(self) -> list[Message]:
+        """OpenPipe ART's name for the turns (the same list)."""
+        return self.turns
 
     def messages(self) -> list[Message]:
         """The messages as plain OpenAI dicts, without sampling data."""

@@ -69,6 +69,7 @@ class CaptureStats:
     context_turns: int = 0
     turns_without_token_ids: int = 0
     tool_results: int = 0
+    invalid_tool_calls: int = 0  # calls whose arguments LangChain could not parse (kept, raw)
     node_calls: Counter[str] = field(default_factory=Counter)
     node_trainable: Counter[str] = field(default_factory=Counter)
     node_tokens: Counter[str] = field(default_factory=Counter)
@@ -79,8 +80,28 @@ def to_openai(messages: list[BaseMessage]) -> list[dict[str, Any]]:
     out = []
     for m in messages:
         fast = _fast_openai(m)
-        out += [fast] if fast is not None else [_drop_none(d) for d in convert_to_openai_messages([m])]
+        converted = [fast] if fast is not None else [_drop_none(d) for d in convert_to_openai_messages([m])]
+        if isinstance(m, AIMessage) and m.invalid_tool_calls:
+            converted = [_with_invalid_calls(converted[0], m), *converted[1:]]
+        out += converted
     return out
+
+
+def _with_invalid_calls(message: dict[str, Any], m: AIMessage) -> dict[str, Any]:
+    """Keep the tool calls LangChain could not parse (``invalid_tool_calls``: arguments that are not
+    JSON), with their raw arguments, after the valid ones: the model did make them, and both
+    LangChain's converter and a parsed-calls-only view drop them."""
+    calls = list(message.get("tool_calls") or [])
+    for c in m.invalid_tool_calls:
+        args = c.get("args")
+        calls.append(
+            {
+                "type": "function",
+                "id": c.get("id") or "",
+                "function": {"name": c.get("name") or "", "arguments": args if isinstance(args, str) else ""},
+            }
+        )
+    return {**message, "tool_calls": calls}
 
 
 def _fast_openai(m: BaseMessage) -> dict[str, Any] | None:
@@ -124,6 +145,39 @@ def _fast_openai(m: BaseMessage) -> dict[str, Any] | None:
 
 def _drop_none(message: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in message.items() if v is not None or k == "content"}
+
+
+@functools.lru_cache(maxsize=4096)
+def _path_from_namespace(namespace: str, node: str | None) -> str:
+    parts = [segment.split(":", 1)[0] for segment in namespace.split("|")]
+    parts = [p for p in parts if p]
+    if node is not None and (not parts or parts[-1] != node):
+        parts.append(node)
+    return "/".join(parts)
+
+
+def node_path(metadata: dict[str, Any]) -> str | None:
+    """Where in the graph a call was made: the graph nodes from the root down, joined by ``/``.
+
+    A node inside a subgraph (an agent of a supervisor or swarm graph) is named by its path, e.g.
+    ``weather_agent/agent``; a top-level node keeps its plain name (``agent``). Read from the
+    checkpoint namespace LangGraph puts in the callback metadata (``weather_agent:<id>|agent:<id>``).
+    """
+    node = metadata.get("langgraph_node")
+    namespace = metadata.get("langgraph_checkpoint_ns") or metadata.get("checkpoint_ns")
+    if isinstance(namespace, str) and namespace:
+        return _path_from_namespace(namespace, node if isinstance(node, str) else None)
+    return node if isinstance(node, str) else None
+
+
+def node_matches(name: str, path: str) -> bool:
+    """Whether `name` (a node, an agent, or a path such as ``weather_agent/agent``) names the call at
+    `path`: its parts appear in the path's parts, in a row. ``agent`` matches every agent's inner
+    node; ``weather_agent`` matches everything inside that agent."""
+    if name == path:
+        return True
+    want, have = name.strip("/").split("/"), path.split("/")
+    return any(have[i : i + len(want)] == want for i in range(len(have) - len(want) + 1))
 
 
 @functools.lru_cache(maxsize=256)
@@ -190,10 +244,10 @@ class CaptureHandler(BaseCallbackHandler):
             return
         metadata = metadata or {}
         params = kwargs.get("invocation_params") or {}
-        node = metadata.get("langgraph_node")
+        node = node_path(metadata)
         trainable = bool(metadata.get(TRAINABLE_KEY))
-        if trainable and self.trainable_nodes is not None and node not in self.trainable_nodes:
-            trainable = False
+        if trainable and self.trainable_nodes is not None:
+            trainable = node is not None and any(node_matches(n, node) for n in self.trainable_nodes)
         model = metadata.get(MODEL_KEY) or params.get("model") or params.get("model_name")
         call = _Call(self._to_openai(messages[0]), params.get("tools"), node, trainable, model, trajectory)
         with self._lock:
@@ -229,6 +283,10 @@ class CaptureHandler(BaseCallbackHandler):
             with self._lock:
                 add_completion(call.trajectory, call.request, reply, call.tools)
                 self._count(call, reply, sample)
+                invalid = len(getattr(message, "invalid_tool_calls", None) or [])
+                if invalid:
+                    self.stats.invalid_tool_calls += invalid
+                    logger.info("captured %d tool call(s) with arguments that are not JSON (node %r)", invalid, call.node)
 
     def _sample(self, call: _Call, info: dict[str, Any], llm_output: dict[str, Any]) -> dict[str, Any] | None:
         """The reply's sample in stored form (`sample_dict`), or None for context."""
@@ -318,13 +376,15 @@ class CaptureHandler(BaseCallbackHandler):
             "turns_without_token_ids": s.turns_without_token_ids,
             "failed_calls": s.failed_calls,
             "tool_results": s.tool_results,
+            "invalid_tool_calls": s.invalid_tool_calls,
             "nodes": dict(s.node_calls),
         }
 
     def node_metrics(self) -> dict[str, int]:
-        """Per-node metrics: calls, trainable turns, sampled tokens and tool calls."""
+        """Per-node metrics (calls, trainable turns, sampled tokens, tool calls) and
+        ``invalid_tool_calls`` (tool calls whose arguments were not JSON)."""
         s = self.stats
-        out: dict[str, int] = {}
+        out: dict[str, int] = {"invalid_tool_calls": s.invalid_tool_calls}
         for node, calls in s.node_calls.items():
             out[f"node/{node}/calls"] = calls
             out[f"node/{node}/trainable_turns"] = s.node_trainable[node]

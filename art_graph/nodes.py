@@ -1,4 +1,7 @@
-"""Per-node credit: train each graph node on its own reward.
+"""Per-node credit: train each graph node (or agent) on its own reward.
+
+A node is named as `trainable_nodes` names it: a node (``writer``), an agent of a multi-agent graph
+(``weather_agent``), or a path (``weather_agent/agent``); see `art_graph.handler.node_matches`.
 
 A group of rollouts with per-node rewards becomes one group per node. In each, only that node's
 turns keep their samples (the rest is context) and every trajectory's reward is the node's reward,
@@ -12,11 +15,13 @@ from collections.abc import Iterable
 from art_core import Trajectory, TrajectoryGroup
 from art_core.trajectory import SAMPLE_KEY, History
 
+from .handler import node_matches
+
 __all__ = ["keep_nodes", "node_groups"]
 
 
 def keep_nodes(trajectory: Trajectory, nodes: Iterable[str]) -> Trajectory:
-    """A copy of ``trajectory`` whose turns from other nodes are context (their samples dropped)."""
+    """A copy of ``trajectory`` whose turns from other nodes (or agents, or paths) are context."""
     keep = set(nodes)
     copy = trajectory.model_copy(deep=True)
     for history in [copy, *copy.additional_histories]:
@@ -26,14 +31,15 @@ def keep_nodes(trajectory: Trajectory, nodes: Iterable[str]) -> Trajectory:
 
 def _keep(message: dict, keep: set[str]) -> dict:
     sample = message.get(SAMPLE_KEY)
-    if sample is None or sample.get("node") in keep:
+    path = sample.get("node") if sample is not None else None
+    if sample is None or (path is not None and any(node_matches(n, path) for n in keep)):
         return message
     return {k: v for k, v in message.items() if k != SAMPLE_KEY}
 
 
-def _nodes_with_samples(trajectory: Trajectory) -> set[str]:
+def _has_samples(trajectory: Trajectory, node: str) -> bool:
     histories: list[History] = [trajectory, *trajectory.additional_histories]
-    return {s.node for h in histories for _, s in h.samples() if s.node is not None}
+    return any(s.node is not None and node_matches(node, s.node) for h in histories for _, s in h.samples())
 
 
 def node_groups(
@@ -61,7 +67,7 @@ def node_groups(
             else sorted({n for t in group.trajectories for n in t.metadata.get("node_rewards", {})})
         )
         for node in wanted:
-            if not any(node in _nodes_with_samples(t) for t in group.trajectories):
+            if not any(_has_samples(t, node) for t in group.trajectories):
                 continue
             trajectories = []
             for t in group.trajectories:

@@ -6,7 +6,10 @@ group with RULER, train -> roll out on the validation tasks again (after) -> sco
 task's before and after rollouts together in one RULER group, so the comparison is one judge's
 relative call -> report both, and write ``report.json``.
 
-`ruler` and `art_train` are imported here, when the command runs, never by ``import art_mcp``.
+This module imports only `art_core` (and this package). What it runs against is handed in by
+its caller: `make_backend(args)` builds the backend (the bundled `LocalBackend`, or a `RemoteBackend`
+for ``--backend URL``) and `make_scorer(args)` the group scorer (RULER with ``--judge``). The `art`
+command (`art_train.cli`) composes them; a program of your own can pass its own.
 """
 
 from __future__ import annotations
@@ -16,8 +19,8 @@ import asyncio
 import json
 import logging
 import statistics
-import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +28,8 @@ from rich.console import Console
 from rich.table import Table
 
 from art_core import (
+    Backend,
     ModelConfig,
-    RemoteBackend,
     TrainableModel,
     TrainConfig,
     Trajectory,
@@ -43,6 +46,8 @@ from .session import ServerSpec, connect
 
 console = Console(stderr=True)
 logger = logging.getLogger(__name__)
+
+Scorer = Callable[[TrajectoryGroup], Awaitable[TrajectoryGroup | None]]  # None: the group is dropped
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -142,17 +147,20 @@ async def _rollouts(
     )
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
+async def run(
+    args: argparse.Namespace,
+    *,
+    make_backend: Callable[[argparse.Namespace], Backend],
+    make_scorer: Callable[[argparse.Namespace], Scorer],
+) -> dict[str, Any]:
+    """The whole run for parsed `args`; `make_backend` and `make_scorer` supply the backend and the judge."""
     import litellm
-
-    import ruler  # a sibling plugin: imported only when the command runs
 
     litellm.suppress_debug_info = True  # its "Provider List" banners would break up the progress output
 
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     spec = server_spec(args.mcp)
-    judge_params = _params(args.judge_api_base, args.judge_api_key)
     t0 = time.time()
 
     # 1. tasks
@@ -176,12 +184,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     console.print(f"  {len(train)} training and {len(val)} held-out tasks written to {out}")
 
     # 2. model and backend
-    if args.backend:
-        backend: Any = RemoteBackend(args.backend, api_key=args.backend_api_key)
-    else:
-        from art_train import LocalBackend  # the bundled backend: only when no remote one is given
-
-        backend = LocalBackend(path=out / ".art")
+    backend = make_backend(args)
     config = ModelConfig(
         chat_template=args.chat_template,
         max_seq_len=args.max_seq_len,
@@ -190,10 +193,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     model = TrainableModel(name=args.name, project=args.project, base_model=args.base_model, config=config)
     console.print(f"[bold]model[/bold]: registering {args.name} on {args.base_model}")
 
-    async def score(group: TrajectoryGroup) -> TrajectoryGroup | None:
-        return await ruler.score_group(
-            group, judge=args.judge, litellm_params=judge_params, swallow_exceptions=True
-        )
+    score = make_scorer(args)
 
     try:
         await model.register(backend)
@@ -283,15 +283,20 @@ def _print_report(report: dict[str, Any]) -> None:
     console.print(f"step {report['step']}, {report['seconds']} s; report: {report['output']}/report.json")
 
 
-def autorl_main(argv: list[str] | None = None) -> int:
-    """Entry point for ``art autorl`` (called by the `art` CLI)."""
+def autorl_main(
+    argv: list[str] | None = None,
+    *,
+    make_backend: Callable[[argparse.Namespace], Backend],
+    make_scorer: Callable[[argparse.Namespace], Scorer],
+) -> int:
+    """Parse `argv`, run, print the report; the exit status. ``art autorl`` calls it (see `art_train.cli`)."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        asyncio.run(run(args))
+        asyncio.run(run(args, make_backend=make_backend, make_scorer=make_scorer))
     except KeyboardInterrupt:
         console.print("[red]interrupted[/red]")
         return 130
@@ -302,7 +307,4 @@ def autorl_main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(autorl_main())
-
-__all__ = ["autorl_main", "build_parser", "run"]
+__all__ = ["Scorer", "autorl_main", "build_parser", "run", "server_spec"]

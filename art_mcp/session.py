@@ -25,18 +25,19 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 import anyio
-import mcp.types as mcp_types
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import MCPError
-from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
 from art_core import current_trajectory, record_tool_result
+
+from . import compat
+from .compat import CONNECTION_CLOSED, REQUEST_TIMEOUT, MCPError, mcp_types
 
 logger = logging.getLogger(__name__)
 
 ServerSpec = str | Sequence[str] | StdioServerParameters
+ROLLOUT_DIR = "{rollout_dir}"  # replaced in a pooled server's arguments, env and cwd by its own directory
+DEFAULT_MAX_OUTPUT_CHARS = 100_000
 
 
 class McpServerError(RuntimeError):
@@ -88,7 +89,7 @@ def to_openai_tool(tool: mcp_types.Tool | dict[str, Any]) -> dict[str, Any]:
         if tool.get("type") == "function" and "function" in tool:
             return tool
         raise ValueError(f"not an OpenAI tool spec (needs type='function' and 'function'): {tool!r}")
-    schema = dict(tool.input_schema or {})
+    schema = dict(compat.input_schema(tool) or {})
     schema.setdefault("type", "object")
     schema.setdefault("properties", {})
     function: dict[str, Any] = {"name": tool.name, "parameters": schema}
@@ -122,9 +123,22 @@ def _result_text(result: mcp_types.CallToolResult) -> str:
         else:
             parts.append(f"[{block.type} content]")
     text = "\n".join(parts)
-    if not text and result.structured_content is not None:
-        text = json.dumps(result.structured_content, default=str)
+    structured = compat.structured_content(result)
+    if not text and structured is not None:
+        text = json.dumps(structured, default=str)
     return text
+
+
+def cut_text(text: str, limit: int | None) -> tuple[str, int]:
+    """`text` cut to `limit` characters with a marker saying so, and how many were cut."""
+    if limit is None or len(text) <= limit:
+        return text, 0
+    cut = len(text) - limit
+    note = (
+        f"[tool output cut: {len(text)} characters, the first {limit} kept; pass max_output_chars= to "
+        "art_mcp.connect or ServerPool (or set session.max_output_chars) to keep more]"
+    )
+    return f"{text[:limit]}\n{note}", cut
 
 
 @dataclass
@@ -142,8 +156,10 @@ class McpSession:
     label: str
     timeout: float | None = 30.0
     stderr: IO[str] | None = None
-    max_output_chars: int | None = 100_000  # a longer tool output is cut, so one call cannot flood the context
+    max_output_chars: int | None = DEFAULT_MAX_OUTPUT_CHARS
+    workdir: str | None = None  # the server's own working directory (pooled stdio servers)
     _crashed: ServerCrashed | None = field(default=None, repr=False)
+    _lost: asyncio.Event | None = field(default=None, repr=False)  # see compat.streamable_http
 
     def openai_tools(self, include: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """The server's tools as OpenAI function specs (optionally only those named in `include`)."""
@@ -176,7 +192,9 @@ class McpSession:
 
         `arguments` is a dict or the JSON string a model produced. Errors the model can react to
         (unknown tool, bad arguments, a tool that raises or times out) come back as a result with
-        ``is_error=True``; a server that has died raises `ServerCrashed`.
+        ``is_error=True``; a server that has died raises `ServerCrashed`. A result longer than
+        `max_output_chars` is cut, with a marker, before it is recorded or returned (counted in the
+        trajectory's ``mcp/truncated_results`` metric).
         """
         call_id = tool_call_id or f"call_{uuid.uuid4().hex[:12]}"
         if self._crashed is not None:
@@ -184,6 +202,7 @@ class McpSession:
         t0 = time.perf_counter()
         args, problem = _parse_arguments(arguments)
         structured = None
+        cut = 0
         if problem is None and name not in self.tool_names():
             problem = f"unknown tool {name!r}; available tools: {', '.join(self.tool_names())}"
         if problem is not None:
@@ -191,28 +210,29 @@ class McpSession:
         else:
             limit = timeout if timeout is not None else self.timeout
             try:
-                result = await self.client.call_tool(name, args, read_timeout_seconds=limit)
+                result = await compat.call_tool(self.client, name, args, limit, self._lost)
             except MCPError as exc:
-                if exc.error.code == REQUEST_TIMEOUT:
+                code = compat.error_code(exc)
+                if code == REQUEST_TIMEOUT:
                     text = f"Error: tool {name!r} timed out after {limit:g}s"
-                elif exc.error.code == CONNECTION_CLOSED:
+                elif code == CONNECTION_CLOSED:
                     raise self._crash(name, exc) from exc
                 else:
-                    text = f"Error: tool {name!r} failed: {exc.error.message}"
+                    text = f"Error: tool {name!r} failed: {compat.error_message(exc)}"
                 is_error = True
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError) as exc:
                 raise self._crash(name, exc) from exc
             else:
                 text, is_error, structured = (
                     _result_text(result),
-                    bool(result.is_error),
-                    result.structured_content,
+                    compat.is_error(result),
+                    compat.structured_content(result),
                 )
                 if is_error and not text.lower().startswith("error"):
                     text = f"Error: {text}"
-                if self.max_output_chars is not None and len(text) > self.max_output_chars:
-                    text = (f"{text[: self.max_output_chars]}\n[tool output cut: {len(text)} characters, the first "
-                            f"{self.max_output_chars} kept; set session.max_output_chars to keep more]")
+                text, cut = cut_text(text, self.max_output_chars)
+                if cut:
+                    structured = None  # as long as the text: not kept in the trajectory either
         out = ToolResult(
             name=name,
             arguments=args,
@@ -222,7 +242,7 @@ class McpSession:
             structured=structured,
             latency_s=time.perf_counter() - t0,
         )
-        _record(out)
+        _record(out, cut)
         return out
 
     def _crash(self, tool: str, exc: BaseException) -> ServerCrashed:
@@ -259,7 +279,7 @@ def _parse_arguments(arguments: dict[str, Any] | str | None) -> tuple[dict[str, 
     return parsed, None
 
 
-def _record(result: ToolResult) -> None:
+def _record(result: ToolResult, cut: int = 0) -> None:
     trajectory = current_trajectory()
     if trajectory is None:
         return
@@ -273,23 +293,63 @@ def _record(result: ToolResult) -> None:
     }
     if result.structured is not None:
         entry["structured"] = result.structured
+    if cut:
+        entry["cut_chars"] = cut
     trajectory.metadata.setdefault("mcp_calls", []).append(entry)
     m = trajectory.metrics
     m["mcp/calls"] = int(m.get("mcp/calls", 0)) + 1
+    if cut:
+        m["mcp/truncated_results"] = int(m.get("mcp/truncated_results", 0)) + 1
+        m["mcp/truncated_chars"] = int(m.get("mcp/truncated_chars", 0)) + cut
     m["mcp/errors"] = int(m.get("mcp/errors", 0)) + int(result.is_error)
     m["mcp/latency_s"] = float(m.get("mcp/latency_s", 0.0)) + result.latency_s
 
 
+def with_rollout_dir(target: StdioServerParameters, workdir: str) -> StdioServerParameters:
+    """`target` run in `workdir`: ``{rollout_dir}`` replaced in its arguments, env and cwd by the
+    directory, ``ART_ROLLOUT_DIR`` set in its env, and the directory as its working directory
+    unless it names its own."""
+
+    def fill(text: str) -> str:
+        return text.replace(ROLLOUT_DIR, workdir)
+
+    env = {k: fill(v) for k, v in (target.env or {}).items()}
+    env.setdefault("ART_ROLLOUT_DIR", workdir)
+    cwd = fill(str(target.cwd)) if target.cwd is not None else workdir
+    return target.model_copy(
+        update={"command": fill(target.command), "args": [fill(a) for a in target.args], "env": env, "cwd": cwd}
+    )
+
+
+class _Stopped(Exception):
+    """The connection was closed before the server had finished starting."""
+
+
 class Connection:
-    """One live server connection, owned by a background task (see the module docstring)."""
+    """One live server connection, owned by a background task (see the module docstring).
+
+    With `workdir`, a stdio server runs there (see `with_rollout_dir`); the directory is the
+    caller's to remove.
+    """
 
     def __init__(
-        self, server: ServerSpec, *, timeout: float | None = 30.0, startup_timeout: float = 60.0
+        self,
+        server: ServerSpec,
+        *,
+        timeout: float | None = 30.0,
+        startup_timeout: float = 60.0,
+        max_output_chars: int | None = DEFAULT_MAX_OUTPUT_CHARS,
+        workdir: str | None = None,
     ) -> None:
-        self.target = resolve_server(server)
+        target = resolve_server(server)
+        if workdir is not None and not isinstance(target, str):
+            target = with_rollout_dir(target, workdir)
+        self.target = target
         self.label = describe(self.target)
         self.timeout = timeout
         self.startup_timeout = startup_timeout
+        self.max_output_chars = max_output_chars
+        self.workdir = workdir
         self._ready: asyncio.Future[McpSession] | None = None
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -297,6 +357,8 @@ class Connection:
     async def open(self) -> McpSession:
         loop = asyncio.get_running_loop()
         self._ready = loop.create_future()
+        # an opener cancelled while the server starts never reads the outcome: mark it read
+        self._ready.add_done_callback(lambda f: f.cancelled() or f.exception())
         self._task = loop.create_task(self._own(), name=f"mcp:{self.label}")
         try:
             return await asyncio.shield(self._ready)
@@ -305,10 +367,19 @@ class Connection:
             raise
 
     async def close(self) -> None:
+        """Stop the server and wait until its task has ended (the wait survives a cancelled caller).
+
+        The connection task is never cancelled: cancelling a subprocess spawn can hang asyncio for
+        good (CPython 3.11-3.13 `_make_subprocess_transport` waits on a child that never reports).
+        """
         self._stop.set()
-        if self._task is not None and not self._task.done():
-            # shielded: a cancelled caller must not leave the server running
+        if self._task is None or self._task.done():
+            return
+        try:
             await asyncio.shield(self._task)
+        except asyncio.CancelledError:
+            await asyncio.shield(self._task)  # finish the stop, then let the cancellation through
+            raise
 
     async def _own(self) -> None:
         assert self._ready is not None
@@ -318,16 +389,28 @@ class Connection:
             stderr = tempfile.TemporaryFile("a+", encoding="utf-8", errors="replace")
         try:
             async with contextlib.AsyncExitStack() as stack:
+                lost = None
                 if isinstance(self.target, str):
-                    read, write = await stack.enter_async_context(streamable_http_client(self.target))
+                    read, write, lost = await stack.enter_async_context(compat.streamable_http(self.target))
                 else:
                     read, write = await stack.enter_async_context(stdio_client(self.target, errlog=stderr))
                 client = await stack.enter_async_context(ClientSession(read, write))
                 # the scope sits inside the transport's task groups: anyio scopes must nest
                 with anyio.fail_after(self.startup_timeout):
                     await client.initialize()
-                    tools = await _list_tools(client)
-                session = McpSession(client, tools, self.label, timeout=self.timeout, stderr=stderr)
+                    tools = await compat.list_tools(client)
+                session = McpSession(
+                    client,
+                    tools,
+                    self.label,
+                    timeout=self.timeout,
+                    stderr=stderr,
+                    max_output_chars=self.max_output_chars,
+                    workdir=self.workdir,
+                    _lost=lost,
+                )
+                if self._stop.is_set():  # closed while starting: nobody will use it
+                    raise _Stopped
                 self._ready.set_result(session)
                 await self._stop.wait()
         except BaseException as exc:  # noqa: BLE001 - reported to the opener, or logged after a crash
@@ -347,8 +430,10 @@ class Connection:
             why = f"it did not finish starting within {self.startup_timeout:g}s"
         elif isinstance(leaf, FileNotFoundError):
             why = f"the command was not found ({leaf}); check the command and PATH"
-        elif isinstance(leaf, MCPError) and leaf.error.code == CONNECTION_CLOSED:
+        elif isinstance(leaf, MCPError) and compat.error_code(leaf) == CONNECTION_CLOSED:
             why = "it exited (or closed its stdout) before the MCP handshake finished; is it an MCP server?"
+        elif isinstance(leaf, (_Stopped, asyncio.CancelledError)):
+            why = "it was stopped while starting"
         else:
             why = repr(leaf)
         detail = f"; its last stderr lines:\n{stderr_tail}" if stderr_tail else ""
@@ -357,34 +442,29 @@ class Connection:
         return error
 
 
-async def _list_tools(client: ClientSession) -> list[mcp_types.Tool]:
-    tools: list[mcp_types.Tool] = []
-    cursor: str | None = None
-    while True:
-        params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
-        page = await client.list_tools(params=params)
-        tools += page.tools
-        cursor = page.next_cursor
-        if not cursor:
-            return tools
-
-
 @contextlib.asynccontextmanager
 async def connect(
-    server: ServerSpec, *, timeout: float | None = 30.0, startup_timeout: float = 60.0
+    server: ServerSpec,
+    *,
+    timeout: float | None = 30.0,
+    startup_timeout: float = 60.0,
+    max_output_chars: int | None = DEFAULT_MAX_OUTPUT_CHARS,
 ) -> AsyncIterator[McpSession]:
     """Connect to an MCP server for the length of the block; the server process stops after it.
 
     `server` is a command line (``"python -m my_server"``), an argument list, an
     `mcp.StdioServerParameters`, or an ``http(s)://`` URL of a streamable-HTTP server. `timeout`
     bounds each tool call (a call that runs past it becomes an error tool message);
-    `startup_timeout` bounds spawning and the MCP handshake.
+    `startup_timeout` bounds spawning and the MCP handshake; `max_output_chars` cuts longer tool
+    results (None: never).
 
     Example:
         async with art_mcp.connect(["python", "-m", "art_mcp.servers.notes"]) as session:
             print(session.openai_tools())
     """
-    connection = Connection(server, timeout=timeout, startup_timeout=startup_timeout)
+    connection = Connection(
+        server, timeout=timeout, startup_timeout=startup_timeout, max_output_chars=max_output_chars
+    )
     session = await connection.open()
     try:
         yield session
@@ -393,6 +473,8 @@ async def connect(
 
 
 __all__ = [
+    "DEFAULT_MAX_OUTPUT_CHARS",
+    "ROLLOUT_DIR",
     "Connection",
     "McpServerError",
     "McpSession",
@@ -401,6 +483,8 @@ __all__ = [
     "ServerStartError",
     "ToolResult",
     "connect",
+    "cut_text",
     "resolve_server",
     "to_openai_tool",
+    "with_rollout_dir",
 ]

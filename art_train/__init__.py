@@ -9,15 +9,20 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["LocalBackend", "ModelService", "__version__", "create_app"]
+__all__ = ["BackendConfig", "LocalBackend", "ModelService", "__version__", "create_app"]
 
 if TYPE_CHECKING:
+    from .config import BackendConfig
     from .local import LocalBackend
     from .server import create_app
     from .service import ModelService
 
 
 def __getattr__(name: str) -> Any:
+    if name == "BackendConfig":
+        from .config import BackendConfig
+
+        return BackendConfig
     if name == "LocalBackend":
         from .local import LocalBackend
 

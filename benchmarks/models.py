@@ -141,14 +141,30 @@ async def one_model(alias: str, n_tasks: int, seed: int) -> dict[str, Any]:
     return out
 
 
+def table(doc: dict[str, Any]) -> str:
+    """The docs/models.md table from a results document."""
+    rows = ["| model | engine dtype | serve tok/s | valid calls (calculator, first turn) | parse errors | "
+            "trained tokens/s | peak RSS |", "|---|---|---|---|---|---|---|"]
+    for r in doc["results"]:
+        v, t = r["validity"], r["train"]
+        rows.append(f"| `{r['model']}` | {r['engine_dtype']} | {r['serve']['tok_s']} | {v['valid']}/{v['tasks']} = "
+                    f"{v['rate']:.2f} [{v['ci95'][0]:.2f}, {v['ci95'][1]:.2f}] | {v['parse_errors']} | "
+                    f"{t['trained_tokens_per_s']} | {r['peak_rss_gb']} GB |")
+    return "\n".join(rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=MODELS)
     parser.add_argument("--tasks", type=int, default=32)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--table", action="store_true", help="print the docs table from --output and exit")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one model, print its JSON
     parser.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "models.json"))
     args = parser.parse_args()
+    if args.table:
+        print(table(json.loads(Path(args.output).read_text())))
+        return
     if args.one:
         print("RESULT " + json.dumps(asyncio.run(one_model(args.one, args.tasks, args.seed))), flush=True)
         return

@@ -13,7 +13,7 @@ litellm is imported on the first judge call, not by ``import ruler``.
 from .cache import JudgeCache
 from .judge import BadAnswer, Judge, JudgeAnswer, JudgeError, TrajectoryScore, Usage
 from .prompt import CUT_MARKER, DEFAULT_RUBRIC, Item, JudgePrompt, build_naive_prompt, build_prompt
-from .score import DEFAULT_JUDGE, RulerStats, Score, kendall_tau, score, score_group, stats
+from .score import DEFAULT_JUDGE, RulerStats, Score, kendall_tau, ruler_score_group, score, score_group
 
 __all__ = [
     "CUT_MARKER",
@@ -33,7 +33,7 @@ __all__ = [
     "build_naive_prompt",
     "build_prompt",
     "kendall_tau",
+    "ruler_score_group",
     "score",
     "score_group",
-    "stats",
 ]

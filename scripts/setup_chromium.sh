@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs headless Chromium for the `art report` browser tests (tests/obs/test_report.py), if missing.
-# Debian/Ubuntu with apt and root only; elsewhere the tests skip, saying why. Measured on the CI image
-# (Debian 12, a local package mirror): apt-get update + install of chromium (115 packages, 113 MB) in 24 s.
+# Debian/Ubuntu with apt and root only; elsewhere the tests skip, saying why. Measured on this project's
+# dev machine (Debian 12, a local package mirror): apt-get update + install of chromium (115 packages,
+# 113 MB fetched) in 24 s.
 #   ART_SKIP_CHROMIUM=1  skip it
 set -euo pipefail
 if [ "${ART_SKIP_CHROMIUM:-0}" = "1" ]; then exit 0; fi

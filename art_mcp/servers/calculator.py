@@ -8,10 +8,12 @@ import ast
 import math
 import operator
 
-from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+if __package__:  # imported, or run with -m
+    from .sdk import Server, ToolError, serve
+else:  # run by path (bundled_server): this folder is sys.path[0]
+    from sdk import Server, ToolError, serve
 
-server = MCPServer(
+server = Server(
     "calculator",
     instructions="Evaluate arithmetic expressions and convert between units.",
     log_level="WARNING",
@@ -112,10 +114,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=server.instructions)
     parser.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP on 127.0.0.1:PORT")
     args = parser.parse_args(argv)
-    if args.http is None:
-        server.run("stdio")
-    else:
-        server.run("streamable-http", host="127.0.0.1", port=args.http)
+    serve(server, args.http)
 
 
 if __name__ == "__main__":

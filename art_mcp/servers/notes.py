@@ -12,10 +12,12 @@ import sqlite3
 import threading
 from typing import Any
 
-from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+if __package__:  # imported, or run with -m
+    from .sdk import Server, ToolError, serve
+else:  # run by path (bundled_server): this folder is sys.path[0]
+    from sdk import Server, ToolError, serve
 
-server = MCPServer(
+server = Server(
     "notes",
     instructions="A notes store: save, find, read, update and delete short notes.",
     log_level="WARNING",
@@ -104,10 +106,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=server.instructions)
     parser.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP on 127.0.0.1:PORT")
     args = parser.parse_args(argv)
-    if args.http is None:
-        server.run("stdio")
-    else:
-        server.run("streamable-http", host="127.0.0.1", port=args.http)
+    serve(server, args.http)
 
 
 if __name__ == "__main__":

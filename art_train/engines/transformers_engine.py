@@ -321,7 +321,8 @@ class TransformersEngine:
             end = len(seq.tokens)
             yield {**head, "choices": [{"index": seq.index, "delta": delta,
                                         "logprobs": self._logprobs(seq, start, end, request),
-                                        "token_ids": seq.tokens[start:end], "finish_reason": seq.finish_reason}]}
+                                        "token_ids": seq.tokens[start:end], "finish_reason": seq.finish_reason,
+                                        **({"tool_parse_error": seq.parse_error} if seq.parse_error else {})}]}
         yield {**head, "choices": [], "usage": self._usage(prompt, seqs)}
 
     # -- response building ---------------------------------------------------------------------

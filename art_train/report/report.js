@@ -156,7 +156,8 @@
       const text = sample.text ? sample.text[i] : `[${sample.ids[i]}]`;
       const alpha = lp === null ? 0 : Math.min(0.85, 1 - Math.exp(lp)); // low probability: more red
       const title = `id ${sample.ids[i]}` + (lp === null ? "" : `, logprob ${lp.toFixed(3)}, p ${Math.exp(lp).toFixed(3)}`);
-      html += `<span class="tok" style="background:rgba(220,38,38,${alpha.toFixed(3)})" title="${esc(title)}">${esc(text)}</span>`;
+      const shown = text === "" ? "\u2205" : text.replace(/\n/g, "\u21b5\n"); // newlines and empty tokens stay visible
+      html += `<span class="tok" style="background:rgba(220,38,38,${alpha.toFixed(3)})" title="${esc(title)}">${esc(shown)}</span>`;
     }
     return html;
   }

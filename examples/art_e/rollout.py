@@ -46,7 +46,7 @@ SYSTEM_PROMPT = (
     "You are an email assistant for {owner}. Answer the user's question about their inbox using the tools. "
     "Search with search_emails using two or three distinctive keywords, read the emails that look relevant "
     "with read_email, then call return_final_answer with a short answer and the ids of the emails you used. "
-    "Give only the value: a date as YYYY-MM-DD, an amount as a number, a name, a file name or a code. "
+    "Give only the value, written as in the email: a date, an amount, a name, a file name or a code. "
     'If the inbox does not say, answer "I don\'t know". Call exactly one tool per turn.'
 )
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
+import dataclasses
 import datetime as dt
 import json
 import logging
@@ -33,7 +34,7 @@ import art_core as art
 from .inbox import Inbox, Question, dataset, write_db
 from .reward import Outcome, score
 from .rollout import EMAIL_ID, FINAL_ANSWER, InboxServers
-from .teacher import MAX_TURNS, teach
+from .teacher import MAX_TURNS, spoken, teach
 
 logger = logging.getLogger("art_e.ruler")
 
@@ -66,15 +67,15 @@ def variant(record: dict[str, Any], q: Question, inbox: Inbox, kind: str) -> art
     msgs = copy.deepcopy(record["messages"][:-1])  # without the teacher's final call
     head, search = msgs[:2], msgs[2:4]
     found = set(EMAIL_ID.findall(search[1]["content"]))
-    wrong = wrong_value(q, inbox)
+    wrong = spoken(dataclasses.replace(q, answer=wrong_value(q, inbox)))  # written as the right one is
     if kind == "teacher":
         body, out = (
-            msgs[2:] + _final(len(msgs), q.answer, list(q.sources)),
-            Outcome(q.answer, list(q.sources)),
+            msgs[2:] + _final(len(msgs), spoken(q), list(q.sources)),
+            Outcome(spoken(q), list(q.sources)),
         )
         out.read = set(q.sources)
     elif kind == "no_read":
-        body, out = search + _final(4, q.answer, list(q.sources)), Outcome(q.answer, list(q.sources))
+        body, out = search + _final(4, spoken(q), list(q.sources)), Outcome(spoken(q), list(q.sources))
     elif kind == "wrong_after_reading":
         body, out = msgs[2:] + _final(len(msgs), wrong, list(q.sources)), Outcome(wrong, list(q.sources))
         out.read = set(q.sources)
@@ -161,6 +162,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             await backend.close()
     out.update(judge=label, seed=args.seed, wall_s=time.perf_counter() - t0, variants=list(VARIANTS))
     (run / "ruler_agreement.json").write_text(json.dumps(out, indent=2))
+    if args.record:
+        from .train import record
+
+        record(
+            Path(args.record),
+            "art_e_ruler",
+            {**out, "config": args.judge.replace("/", "_"), "seed": args.seed},
+        )
     print(json.dumps({k: v for k, v in out.items() if k != "taus"}, indent=2))  # noqa: T201 - the report
     return out
 
@@ -176,6 +185,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--inboxes", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output", help="run folder (default: a new temporary folder)")
+    p.add_argument("--record", help="add the figures to this JSON file (benchmarks/results/examples.json)")
     return p.parse_args(argv)
 
 

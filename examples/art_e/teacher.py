@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime as dt
 import json
 import logging
 import tempfile
@@ -25,7 +26,7 @@ from typing import Any
 import art_core as art
 import art_mcp
 
-from .inbox import Inbox, Question, dataset, write_db
+from .inbox import Inbox, Question, dataset, day_phrase, money, write_db
 from .reward import Outcome, score
 from .rollout import EMAIL_ID, FINAL_ANSWER, InboxServers, compact_tools, system_prompt
 
@@ -46,6 +47,15 @@ def _call(n: int, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         "function": {"name": name, "arguments": json.dumps(arguments)},
     }
     return {"role": "assistant", "content": "", "tool_calls": [call]}
+
+
+def spoken(question: Question) -> str:
+    """The answer as the emails write it (a date as 'Monday, March 17', an amount as '$1,046.88')."""
+    if question.kind == "date":
+        return day_phrase(dt.date.fromisoformat(question.answer))
+    if question.kind == "amount":
+        return money(float(question.answer))
+    return question.answer
 
 
 async def teach(session: art_mcp.McpSession, question: Question, owner: str) -> dict[str, Any]:
@@ -73,15 +83,14 @@ async def teach(session: art_mcp.McpSession, question: Question, owner: str) -> 
     for source in question.sources:
         await use("read_email", {"message_id": source})
         out.read.add(source)
-    final = _call(len(messages), FINAL_ANSWER, {"answer": question.answer, "sources": list(question.sources)})
+    answer = spoken(question)
+    final = _call(len(messages), FINAL_ANSWER, {"answer": answer, "sources": list(question.sources)})
     messages.append(final)
     out.turns += 1
-    out.answer, out.sources = question.answer, list(question.sources)
+    out.answer, out.sources = answer, list(question.sources)
     reward, parts = score(out, question, max_turns=MAX_TURNS)
     if parts["correct"] != 1.0:
-        raise TeacherError(
-            f"{question.id}: the teacher's answer {question.answer!r} does not grade as correct"
-        )
+        raise TeacherError(f"{question.id}: the teacher's answer {answer!r} does not grade as correct")
     return {
         "messages": messages,
         "tools": compact_tools(session.openai_tools()),  # what the agent is shown (rollout.py)

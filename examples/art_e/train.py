@@ -188,6 +188,13 @@ async def rl_stage(agent: Agent, questions: list[Question], cfg: Config, seed: i
     return {"steps": len(history), "history": history, "wall_s": time.perf_counter() - t0}
 
 
+def record(path: Path, example: str, entry: dict[str, Any]) -> None:
+    """Add or replace this run's entry (keyed by configuration and seed) in the shared results file."""
+    data = json.loads(path.read_text()) if path.exists() else {}
+    data.setdefault(example, {})[f"{entry['config']}-seed{entry['seed']}"] = entry
+    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
 def stage_dict(result: Any, mean_reward: float) -> dict[str, Any]:
     return {"step": result.step, "accuracy": result.mean, "ci": list(result.ci), "art_e_reward": mean_reward,
             "questions": len(result.task_ids)}  # fmt: skip
@@ -223,7 +230,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                                config=art.ModelConfig(lora_rank=cfg.lora_rank, lora_alpha=2 * cfg.lora_rank,
                                                       max_seq_len=cfg.max_seq_len, seed=args.seed))  # fmt: skip
     backend = LocalBackend(path=run / "art")
-    out: dict[str, Any] = {"config": args.config, "settings": asdict(cfg), "seed": args.seed,
+    out: dict[str, Any] = {"config": args.config, "model": cfg.base_model, "settings": asdict(cfg), "seed": args.seed,
                            "train_questions": len(train_q), "heldout_inboxes": [i.id for i in heldout]}  # fmt: skip
     try:
         await model.register(backend)
@@ -250,6 +257,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     out["wall_s"] = time.perf_counter() - t0
     out["peak_rss_mb"] = peak_rss_mb()
     (run / "results.json").write_text(json.dumps(out, indent=2))
+    if args.record:
+        record(Path(args.record), "art_e", out)
     print(json.dumps({k: out[k] for k in ("stages", "differences", "wall_s", "peak_rss_mb")}, indent=2))  # noqa: T201
     return out
 
@@ -259,6 +268,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--config", choices=sorted(CONFIGS), default="cpu")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output", help="run folder (default: a new temporary folder)")
+    p.add_argument(
+        "--record", help="add the run's figures to this JSON file (benchmarks/results/examples.json)"
+    )
     p.add_argument("--judge", help="score RL groups with RULER using this litellm model (e.g. openai/NAME)")
     p.add_argument("--judge-api-base", help="the judge's OpenAI-compatible base URL")
     for name in Config.__dataclass_fields__:  # every setting can be overridden: --rl-steps 3

@@ -5,7 +5,9 @@
 
 Each step runs `--groups` tasks `--rollouts` times each, scores every rollout (the writer's number
 against the right answer, plus a small bonus when the researcher used a tool), and trains one GRPO
-step on the researcher's and the writer's turns.
+step on the researcher's and the writer's turns. Before and after training, `--eval-tasks` held-out
+tasks (another seed, none a training task) are answered greedily and scored 1 for the right number:
+`art_core.evaluate` gives each accuracy with a 95% interval, `art_core.compare` the paired difference.
 """
 
 from __future__ import annotations
@@ -45,6 +47,17 @@ def last_number(text: str) -> float | None:
     return float(numbers[-1]) if numbers else None
 
 
+def heldout_tasks(n: int, train: list[tuple[str, float]], seed: int) -> list[tuple[str, float]]:
+    """`n` tasks from another seed range, none of them a training task."""
+    seen = {q for q, _ in train}
+    return [t for t in make_tasks(4 * n + 16, seed=10_000 + seed) if t[0] not in seen][:n]
+
+
+def correct(answer: str, expected: float) -> float:
+    got = last_number(answer)
+    return 1.0 if got is not None and abs(got - expected) < 1e-6 else 0.0
+
+
 def score(answer: str, expected: float, used_tool: bool) -> float:
     got = last_number(answer)
     correct = 1.0 if got is not None and abs(got - expected) < 1e-6 else 0.0
@@ -78,7 +91,21 @@ async def main(args: argparse.Namespace) -> dict[str, float]:
                 "researcher": score(answer, expected, used_tool),
             }
 
+        async def eval_rollout(at_step: art.Model, task: tuple[str, float], seed: int | None = None) -> art.Trajectory:
+            """Greedy, seeded, scored 1 for the right number: held-out accuracy."""
+            greedy = build_app(art_graph.chat_model(at_step, max_tokens=args.max_tokens, temperature=0.0, seed=seed))
+
+            @art_graph.rollout
+            async def run(question: str, expected: float) -> float:
+                state = await greedy.ainvoke({"messages": [("user", question)]})
+                return correct(str(state["messages"][-1].content), expected)
+
+            return await run(*task)
+
         tasks = make_tasks(args.groups * args.steps, seed=args.seed)
+        evals = heldout_tasks(args.eval_tasks, tasks, args.seed)
+        evaluate = {"task_id": lambda t: t[0], "show_progress": False, "max_concurrency": 8, "max_exceptions": 0.1}
+        base = await art.evaluate(model, eval_rollout, evals, step=0, **evaluate) if evals else None
         last: dict[str, float] = {}
         for step in range(args.steps):
             batch = tasks[step * args.groups : (step + 1) * args.groups]
@@ -100,6 +127,13 @@ async def main(args: argparse.Namespace) -> dict[str, float]:
                 "turns_without_token_ids": sum(r["turns_without_token_ids"] for r in reports),
             }
             logger.info("step %d: %s", result.step, last)
+        if base is not None:
+            trained = await art.evaluate(model, eval_rollout, evals, **evaluate)
+            comparison = art.compare(base, trained)
+            logger.info("held-out accuracy, step 0 vs step %d:\n%s", trained.step, comparison.table())
+            last.update(base_accuracy=base.mean, base_ci=base.ci, trained_accuracy=trained.mean,
+                        trained_ci=trained.ci, diff=comparison.diff, diff_ci=comparison.ci,
+                        eval_tasks=len(evals))  # fmt: skip
         return last
     finally:
         await backend.close()
@@ -115,6 +149,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-tokens", type=int, default=48)
     p.add_argument("--learning-rate", type=float, default=1e-5)
     p.add_argument("--per-node", action="store_true", help="train each node on its own reward (node_groups)")
+    p.add_argument("--eval-tasks", type=int, default=32, help="held-out tasks scored at step 0 and at the end (0: none)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--home", default=None, help="run directory root (default: a temporary folder)")
     return p.parse_args(argv)

@@ -4,6 +4,7 @@ import math
 import pytest
 
 import art_core as art
+from art_core import Trajectory, message_sample
 
 
 def agent_trajectory() -> art.Trajectory:
@@ -67,13 +68,19 @@ def test_bad_messages_are_rejected_with_a_reason():
         art.assistant_turn("x", token_ids=[1, 2], logprobs=[-1.0])
 
 
-def test_timer_accumulates():
+def test_timer_accumulates(monkeypatch):
+    import art_core.trajectory as trajectory_module
+
+    clock = iter([10.0, 10.5, 20.0, 20.25])  # two blocks: 0.5 s, then 0.25 s
+    monkeypatch.setattr(trajectory_module.time, "perf_counter", lambda: next(clock))
     traj = art.Trajectory(messages=[])
     with traj.timer("tool"):
         pass
+    assert traj.metrics["time/tool_s"] == 0.5
     with traj.timer("tool"):
         pass
-    assert traj.metrics["time/tool_s"] >= 0
+    assert traj.metrics["time/tool_s"] == 0.75  # added to, not replaced
+    monkeypatch.undo()
     assert traj.finish().metrics["duration_s"] >= 0
 
 
@@ -88,3 +95,43 @@ async def test_group_from_awaitables_records_exceptions():
     assert group.rewards() == [1.0, 0.0]
     assert [e.type for e in group.exceptions] == ["RuntimeError"]
     assert "tool server died" in group.exceptions[0].message
+
+
+def test_openpipe_art_messages_and_choices_is_accepted_and_choices_become_turns():
+    from openai.types.chat.chat_completion import ChatCompletion
+
+    completion = ChatCompletion.model_validate(
+        {
+            "id": "c1",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "agent",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": "4"},
+                    "logprobs": {"content": [{"token": "token_id:19", "logprob": -0.1, "bytes": None, "top_logprobs": []}]},
+                }
+            ],
+        }
+    )
+    traj = Trajectory(messages_and_choices=[{"role": "user", "content": "2+2?"}], reward=1.0)
+    assert len(traj.turns) == 1  # before: an empty trajectory, without a word
+    traj.messages_and_choices.append(completion.choices[0])  # what ART's rollouts do
+    assert traj.messages() == [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]
+    assert message_sample(traj.turns[1]).token_ids == [19]
+    traj.turns += [{"role": "user", "content": "and 3+3?"}]
+    again = Trajectory.model_validate_json(traj.model_dump_json())
+    assert again.messages() == traj.messages() and again.turns[1]["sample"]["logprobs"] == [-0.1]
+
+
+def test_unknown_fields_and_unusable_turns_are_refused_where_they_happen():
+    with pytest.raises(ValueError, match=r"Trajectory has no field 'mesages'.*messages_and_choices is accepted"):
+        Trajectory(mesages=[{"role": "user", "content": "hi"}])
+    traj = Trajectory(messages=[{"role": "user", "content": "hi"}])
+    with pytest.raises(TypeError, match="message 1 is a int; a history holds OpenAI-format message dicts"):
+        traj.turns.append(42)
+    assert len(traj.turns) == 1
+    with pytest.raises(TypeError, match="is a object"):
+        traj.messages_and_choices = [object()]

@@ -10,6 +10,7 @@ import pytest
 
 from examples.art_e.inbox import generate_inbox, write_db
 from examples.art_e.ruler_agreement import VARIANTS, build_groups, measure
+from examples.art_e.teacher import spoken
 from tests.support.scripted_openai import ScriptedOpenAI
 
 BLOCK = re.compile(r'<trajectory id="(\d+)">\n(.*?)\n</trajectory>', re.S)
@@ -44,7 +45,7 @@ def perfect_judge(inbox, reverse=False):
         if "I don't know" in text:
             return 0.5
         final = text[text.rindex("return_final_answer") :]
-        if json.dumps(q.answer) not in final:
+        if json.dumps(spoken(q)) not in final:
             return 0.3  # wrong after reading
         return 0.9 if "read_email({" in text else 1.0  # read an email (not only a hint to)
 

@@ -12,7 +12,7 @@ import art_mcp
 from examples.art_e import server as server_module
 from examples.art_e.inbox import dataset, generate_inbox, write_db
 from examples.art_e.rollout import InboxServers, rollout, server_params
-from examples.art_e.teacher import teach, teach_inboxes
+from examples.art_e.teacher import spoken, teach, teach_inboxes
 from tests.support.scripted_openai import ScriptedOpenAI
 
 
@@ -109,7 +109,7 @@ async def test_rollout_scores_a_teacher_like_agent_and_records_its_tool_calls(db
             model = art.Model(name="teacher", inference_base_url=fake.url, inference_api_key="x")
             traj = await rollout(model, session, q, inbox.owner.name)
     assert traj.reward == pytest.approx(record["metadata"]["reward"]) and traj.metrics["correct"] == 1.0
-    assert traj.metadata["answer"] == q.answer and traj.metadata["sources"] == list(q.sources)
+    assert traj.metadata["answer"] == spoken(q) and traj.metadata["sources"] == list(q.sources)
     assert [m["role"] for m in traj.messages()] == [m["role"] for m in record["messages"]][:-1] + [
         "assistant",
         "tool",

@@ -3,7 +3,7 @@ import warnings
 import pytest
 
 import art_core as art
-from tests.serve.conftest import art_serve, tiny_model_path  # noqa: F401 - fixtures: a real `art serve`
+from tests.serve.conftest import art_serve  # noqa: F401 - fixture: a real `art serve` (tiny_model_path: tests/conftest.py)
 
 # langgraph.prebuilt.create_react_agent is deprecated in langgraph 1.x but still the prebuilt agent many apps use.
 warnings.filterwarnings("ignore", message=".*create_react_agent.*")

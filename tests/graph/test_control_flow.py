@@ -38,11 +38,12 @@ def test_subgraph_calls_are_captured_with_their_node():
         with art_graph.capturing() as traj:
             graph.invoke({"messages": [("user", "2+3")]})
     assert [m["role"] for m in traj.turns] == ["user", "assistant", "tool", "assistant"]
-    assert {art.message_sample(m).node for m in traj.turns if m["role"] == "assistant"} == {"agent"}
+    # a node inside a subgraph is named by its path (issue 14: it was "agent", like any other agent's)
+    assert {art.message_sample(m).node for m in traj.turns if m["role"] == "assistant"} == {"solver/agent"}
     (summary,) = traj.additional_histories
     assert summary.turns[-1]["content"] == "re: summarize: the sum is 5"
     assert art.message_sample(summary.turns[-1]).node == "summarize"
-    assert traj.metadata["capture"]["nodes"] == {"agent": 2, "summarize": 1}
+    assert traj.metadata["capture"]["nodes"] == {"solver/agent": 2, "summarize": 1}
 
 
 class FanState(TypedDict):

@@ -228,6 +228,7 @@ def test_handler_passed_explicitly_in_config():
             "turns_without_token_ids": 0,
             "failed_calls": 0,
             "tool_results": 1,
+            "invalid_tool_calls": 0,
             "nodes": None,
         }
         # inside a rollout an explicit handler defers to the rollout's own: nothing is counted twice
@@ -281,3 +282,19 @@ def test_n_choices_each_become_a_history():
             llm.invoke("pick")
     assert [h.turns[-1]["content"] for h in traj.histories()] == ["option 0", "option 1"]
     assert [art.message_sample(h.turns[-1]).token_ids for h in traj.histories()] == [[10], [11]]
+
+
+def test_tool_call_with_arguments_that_are_not_json_is_kept():
+    # LangChain files such a call under invalid_tool_calls; it used to vanish (content '', no call, no metric)
+    reply = {"tool_calls": [{"id": "call_bad", "name": "add", "arguments": '{"a": 2, "b": '}]}
+    with ScriptedOpenAI(reply) as server:
+        llm = art_graph.chat_model(trainable(server.url)).bind_tools([add])
+        with art_graph.capturing() as traj:
+            message = llm.invoke("2+3?")
+    assert message.invalid_tool_calls and not message.tool_calls
+    turn = traj.turns[-1]
+    assert turn["tool_calls"] == [
+        {"type": "function", "id": "call_bad", "function": {"name": "add", "arguments": '{"a": 2, "b": '}}
+    ]
+    assert art.message_sample(turn) is not None  # the sampled tokens still train
+    assert traj.metadata["capture"]["invalid_tool_calls"] == 1 and traj.metrics["invalid_tool_calls"] == 1

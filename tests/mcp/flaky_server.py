@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
-from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+import anyio
 
-server = MCPServer("flaky", log_level="WARNING")
+try:  # mcp 2.x
+    from mcp.server.mcpserver import MCPServer as Server
+    from mcp.server.mcpserver.exceptions import ToolError
+except ImportError:  # mcp 1.x
+    from mcp.server.fastmcp import FastMCP as Server
+    from mcp.server.fastmcp.exceptions import ToolError
+
+server = Server("flaky", log_level="WARNING")
 _count = 0
 
 
@@ -34,15 +39,21 @@ def increment() -> int:
 
 
 @server.tool()
+def big(chars: int) -> str:
+    """A result of `chars` characters."""
+    return "x" * chars
+
+
+@server.tool()
 def fail(reason: str) -> str:
     """Always raises a tool error."""
     raise ToolError(f"failed on purpose: {reason}")
 
 
 @server.tool()
-def hang(seconds: float) -> str:
-    """Sleep (blocking) for a while."""
-    time.sleep(seconds)
+async def hang(seconds: float) -> str:
+    """Sleep for a while (async: FastMCP 1.x runs sync tools on its event loop, blocking every other call)."""
+    await anyio.sleep(seconds)
     return "woke up"
 
 

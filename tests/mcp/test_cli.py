@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from art_mcp.cli import autorl_main
+from art_train.cli import autorl as autorl_main  # `art autorl`: art_mcp composed with LocalBackend and RULER
 from tests.support.scripted_openai import ScriptedOpenAI
 
 BLOCK = re.compile(r'<trajectory id="(\d+)">\n(.*?)\n</trajectory>', re.S)

@@ -176,3 +176,19 @@ async def test_http_server_going_away_fails_the_rollout():
                 art_mcp.ServerCrashed, match=f"MCP server {url} stopped during a call to tool 'list_notes'"
             ):
                 await session.call("list_notes")
+
+
+async def test_a_huge_result_is_cut_with_a_marker_and_counted(flaky):
+    async with art_mcp.connect(flaky) as session:
+        with capture() as traj:
+            huge = await session.call("big", {"chars": 1_000_000})
+            small = await session.call("big", {"chars": 10})
+    # before: all 1,000,000 characters were recorded and went to the model
+    assert len(huge.text) < 100_200 and huge.text.startswith("x" * 100_000)
+    assert huge.text.endswith("[tool output cut: 1000000 characters, the first 100000 kept; pass max_output_chars= to "
+                              "art_mcp.connect or ServerPool (or set session.max_output_chars) to keep more]")
+    assert traj.turns[0]["content"] == huge.text and small.text == "x" * 10
+    assert traj.metrics["mcp/truncated_results"] == 1 and traj.metrics["mcp/truncated_chars"] == 900_000
+    assert traj.metadata["mcp_calls"][0]["cut_chars"] == 900_000 and "structured" not in traj.metadata["mcp_calls"][0]
+    async with art_mcp.connect(flaky, max_output_chars=None) as session:
+        assert len((await session.call("big", {"chars": 200_000})).text) == 200_000

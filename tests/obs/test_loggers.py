@@ -113,6 +113,16 @@ def test_chosen_but_not_installed_names_the_extra(name: str, module: str, monkey
         model.reporter()
 
 
+def test_report_to_stays_on_the_client() -> None:
+    # a logger registered only here must not reach the server's copy of the model, nor model.json
+    loggers.register_logger("mine", lambda model: None)  # type: ignore[arg-type,return-value]
+    try:
+        model = art.TrainableModel(name="m", base_model="x", report_to=["mine"])
+        assert "report_to" not in model.model_dump() and "report_to" not in model.model_dump_json()
+    finally:
+        loggers.LOGGERS.pop("mine")
+
+
 def test_environment_chooses_loggers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("ART_REPORT_TO", "tensorboard")
     monkeypatch.setenv("ART_TENSORBOARD_DIR", str(tmp_path))

@@ -161,3 +161,42 @@ def test_art_tracing_env_without_the_sdk_names_the_extra(monkeypatch: pytest.Mon
     with pytest.raises(MissingExtra, match=r"pip install 'art-rl\[otel\]'"):
         tracing.tracing_enabled()
 
+
+
+def test_a_langgraph_agent_is_traced_with_its_tool_node() -> None:
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    import art_graph
+    from tests.graph.apps import tool_agent, tool_script
+    from tests.graph.conftest import trainable
+
+    exporter = InMemorySpanExporter()
+    with ScriptedOpenAI(tool_script) as server:
+        graph = tool_agent(art_graph.chat_model(trainable(server.url)))
+
+        @art_graph.rollout
+        async def run() -> float:
+            state = await graph.ainvoke({"messages": [("user", "2+3")]})
+            return 1.0 if "5" in state["messages"][-1].content else 0.0
+
+        async def main() -> list[art.Trajectory]:
+            return await art.gather_trajectories([run(), run()], show_progress=False)
+
+        tracing.enable_tracing(exporter)
+        try:
+            import asyncio
+
+            trajs = asyncio.run(main())
+        finally:
+            tracing.disable_tracing()
+    traces = _by_trace(exporter.get_finished_spans())
+    assert len(traces) == 2
+    for spans in traces.values():
+        [root] = [s for s in spans if s.parent is None]
+        children = sorted((s for s in spans if s.parent is not None), key=lambda s: (s.start_time, s.end_time))
+        # agent -> ToolNode(add) -> agent, the tool's span between the two calls
+        assert [s.name for s in children] == ["chat agent", "execute_tool add", "chat agent"]
+        assert children[0].end_time <= children[1].start_time and children[1].end_time <= children[2].end_time
+        assert root.attributes["art.reward"] == 1.0
+        assert {c.attributes.get("art.node") for c in children if c.name.startswith("chat")} == {"agent"}
+        assert root.attributes["art.trajectory.id"] in {t.id for t in trajs}

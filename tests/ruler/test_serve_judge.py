@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ import art_core as art
 import ruler
 from ruler import JudgeError, RulerStats
 from tests.ruler.conftest import rollout
+from tests.support.net import free_port
 
 ART = Path(sys.executable).parent / "art"
 
@@ -32,12 +32,6 @@ def serve_available() -> bool:
     except (OSError, subprocess.TimeoutExpired):
         return False
     return out.returncode == 0 and "--port" in out.stdout
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

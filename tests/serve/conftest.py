@@ -1,9 +1,8 @@
-"""Fixtures for serving tests: a tiny random Llama, `LocalBackend`, and a real `art serve` process."""
+"""Fixtures for serving tests: a real `art serve` process on the tiny model (tests/conftest.py)."""
 
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -13,22 +12,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support.net import free_port
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="session")
-def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from art_train.models import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.getbasetemp() / "tiny-llama")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

@@ -106,3 +106,22 @@ def test_merged_adapter_equals_peft_merge(tiny_model_path: Path, tmp_path: Path)
     assert all(torch.equal(t, original[n]) for n, t in fresh.state_dict().items())
     with pytest.raises(FileNotFoundError, match="adapter_config.json"):
         load_lora(tmp_path)
+
+
+def test_float32_cache_attention_is_registered_only_when_used() -> None:
+    # importing the engines must not write into transformers' global registries
+    code = (
+        "from types import SimpleNamespace\n"
+        "from transformers import AttentionInterface\n"
+        "from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS as MASKS\n"
+        "import art_train.engines.attention as a, art_train.engines.transformers_engine\n"
+        "assert a.NAME not in AttentionInterface._global_mapping and a.NAME not in MASKS._global_mapping\n"
+        "m = SimpleNamespace(config=SimpleNamespace(_attn_implementation='sdpa'))\n"
+        "a.use_float32_cache_attention(m)\n"
+        "assert a.NAME in AttentionInterface._global_mapping and a.NAME in MASKS._global_mapping\n"
+        "assert m.config._attn_implementation == a.NAME\n"
+    )
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

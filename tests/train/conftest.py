@@ -1,4 +1,4 @@
-"""Fixtures for trainer tests: a tiny random Llama with the SmolLM2 tokenizer, built once per session."""
+"""Fixtures for trainer tests: the tiny model's tokenizer (the model itself: tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,6 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-
-@pytest.fixture(scope="session")
-def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from art_train.models import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.getbasetemp() / "tiny-llama")
 
 
 @pytest.fixture(scope="session")

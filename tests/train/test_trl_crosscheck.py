@@ -104,6 +104,8 @@ CASES = [
     # (our name, TRL loss_type, importance level, beta, TIS)
     ("grpo", "grpo", "token", 0.0, False),
     ("grpo", "grpo", "token", 0.04, True),
+    ("grpo", "grpo", "token", 0.04, False),  # the KL term alone
+    ("grpo", "grpo", "token", 0.0, True),  # the truncated-IS weights alone
     ("dr_grpo", "dr_grpo", "token", 0.0, False),
     ("dr_grpo", "dr_grpo", "token", 0.1, True),
     ("dapo", "dapo", "token", 0.0, False),

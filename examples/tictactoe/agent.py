@@ -1,0 +1,126 @@
+"""The Tic Tac Toe agent: one move per turn in a chat, the reward, and minimax games for SFT.
+
+The agent plays a side drawn from the game's seed (X moves first) against an opponent that picks a
+random empty cell, or against a perfect (minimax) player. Each turn the user message shows the board;
+the agent answers ``<move>B2</move>``. An unparsable reply or a move to a taken cell ends the game.
+
+Reward: 1 win, 0.5 draw, 0 loss, -1 for an illegal or unparsable move.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import art_core as art
+
+try:  # imported as a package (tests) or run as a script from this folder
+    from . import game
+except ImportError:
+    import game  # type: ignore[no-redef]
+
+__all__ = ["ILLEGAL_REWARD", "SYSTEM", "expert_trajectory", "play_game", "reward_for", "rollout"]
+
+SYSTEM = (
+    "You play Tic Tac Toe as {mark}. Cells are a row letter (A, B, C from the top) and a column "
+    "number (1, 2, 3 from the left). Empty cells are '.'. Reply with your move only, like <move>B2</move>."
+)
+ILLEGAL_REWARD = -1.0
+OPPONENTS: dict[str, Callable[[game.Board, str, random.Random], int]] = {
+    "random": lambda board, mark, rng: game.random_move(board, rng),
+    "minimax": game.perfect_move,
+}
+
+Chooser = Callable[[list[dict[str, Any]], game.Board, str], Awaitable[str]]
+
+
+def reward_for(outcome: str) -> float:
+    return {"win": 1.0, "draw": 0.5, "loss": 0.0}.get(outcome, ILLEGAL_REWARD)
+
+
+def side_for(seed: int) -> str:
+    return "X" if random.Random(seed).random() < 0.5 else "O"
+
+
+def _prompt(board: game.Board, opponent_move: int | None) -> str:
+    head = f"Opponent played {game.cell_name(opponent_move)}.\n" if opponent_move is not None else ""
+    return f"{head}{game.render(board)}\nYour move."
+
+
+async def play_game(choose: Chooser, seed: int, opponent: str = "random") -> tuple[list[dict[str, Any]], dict]:
+    """Play one game; ``choose(messages, board, mark)`` returns the agent's reply text.
+
+    Returns the conversation and the result: outcome ("win", "draw", "loss", "illegal"), the agent's
+    mark, and the number of agent moves.
+    """
+    rng = random.Random(seed * 7919 + 1)
+    mark = side_for(seed)
+    pick = OPPONENTS[opponent]
+    board = game.empty_board()
+    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM.format(mark=mark)}]
+    last: int | None = None
+    if mark == "O":
+        last = pick(board, "X", rng)
+        board = game.play(board, last, "X")
+    moves = 0
+    while True:
+        messages.append({"role": "user", "content": _prompt(board, last)})
+        reply = await choose(messages, board, mark)
+        messages.append({"role": "assistant", "content": reply})
+        moves += 1
+        try:
+            cell = game.parse_move(reply)
+            if cell is None:
+                raise game.IllegalMove(f"no <move> tag in {reply[:40]!r}")
+            board = game.play(board, cell, mark)
+        except game.IllegalMove:
+            return messages, {"outcome": "illegal", "mark": mark, "moves": moves}
+        if game.winner(board) is None:
+            last = pick(board, game.other(mark), rng)
+            board = game.play(board, last, game.other(mark))
+        result = game.winner(board)
+        if result is not None:
+            outcome = "draw" if result == "draw" else ("win" if result == mark else "loss")
+            return messages, {"outcome": outcome, "mark": mark, "moves": moves}
+
+
+def _score(traj: art.Trajectory, result: dict) -> art.Trajectory:
+    outcome = result["outcome"]
+    traj.reward = reward_for(outcome)
+    for name in ("win", "draw", "loss", "illegal"):
+        traj.metrics[name] = float(outcome == name)
+    traj.metrics["moves"] = result["moves"]
+    replies = [m["content"] for m in traj.messages() if m["role"] == "assistant"]
+    traj.metrics["tagged"] = sum(game.parse_move(r) is not None for r in replies) / max(len(replies), 1)
+    traj.metadata.update(result)
+    return traj
+
+
+async def rollout(
+    model: art.Model, seed: int, *, opponent: str = "random", temperature: float = 1.0,
+    max_tokens: int = 10, sampling_seed: int | None = None, client: Any = None,
+) -> art.Trajectory:
+    """One game of the model against ``opponent``; every model turn is captured for training."""
+    client = client or model.openai_client()
+
+    async def choose(messages: list[dict[str, Any]], board: game.Board, mark: str) -> str:
+        extra = {} if sampling_seed is None else {"seed": sampling_seed}
+        r = await client.chat.completions.create(
+            model=model.served_name(), messages=messages, max_tokens=max_tokens, temperature=temperature, **extra)
+        return r.choices[0].message.content or ""
+
+    with art.capture() as traj:
+        _, result = await play_game(choose, seed, opponent)
+    return _score(traj, result)
+
+
+async def expert_trajectory(seed: int, opponent: str = "random") -> art.Trajectory:
+    """A game the minimax player plays in the agent's seat, as a trajectory for SFT."""
+    rng = random.Random(seed)
+
+    async def choose(messages: list[dict[str, Any]], board: game.Board, mark: str) -> str:
+        return f"<move>{game.cell_name(game.perfect_move(board, mark, rng))}</move>"
+
+    messages, result = await play_game(choose, seed, opponent)
+    return _score(art.Trajectory(messages=messages), result)

@@ -1,0 +1,95 @@
+"""2048 rules: slides, merges (once per tile per move), invalid moves, spawns, wins; the greedy expert."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from examples.game_2048 import agent, game
+
+
+@pytest.mark.parametrize("row, out, points", [
+    ([2, 2, 2, 2], [4, 4, 0, 0], 8),      # two merges, not one 8
+    ([2, 2, 4, 0], [4, 4, 0, 0], 4),      # a merged tile does not merge again
+    ([4, 0, 4, 8], [8, 8, 0, 0], 8),      # slides over gaps
+    ([0, 0, 0, 2], [2, 0, 0, 0], 0),
+    ([2, 4, 8, 16], [2, 4, 8, 16], 0),
+    ([8, 8, 8, 0], [16, 8, 0, 0], 16),    # the pair nearest the wall merges first
+])  # fmt: skip
+def test_slide_row(row, out, points):
+    assert game.slide_row(row) == (out, points)
+
+
+def test_slide_in_each_direction():
+    b = (2, 0, 0, 2,
+         0, 4, 0, 0,
+         0, 4, 0, 0,
+         0, 0, 0, 0)  # fmt: skip
+    assert game.slide(b, "left")[0][:4] == (4, 0, 0, 0)
+    assert game.slide(b, "right")[0][:4] == (0, 0, 0, 4)
+    up, points = game.slide(b, "up")
+    assert up[:8] == (2, 8, 0, 2, 0, 0, 0, 0) and points == 8
+    down, _ = game.slide(b, "down")
+    assert down[12:] == (2, 8, 0, 2)
+
+
+def test_a_move_that_changes_nothing_is_invalid():
+    b = (2, 4, 0, 0) + (0,) * 12
+    with pytest.raises(game.InvalidMove, match="left moves no tile"):
+        game.slide(b, "left")
+    with pytest.raises(game.InvalidMove, match="not a direction"):
+        game.slide(b, "sideways")
+    assert set(game.valid_moves(b)) == {"right", "down"}
+
+
+def test_game_spawns_one_tile_after_each_move_and_is_seeded():
+    g = game.Game(seed=5)
+    assert sum(1 for v in g.board if v) == 2
+    before = sum(g.board)
+    g.move(game.valid_moves(g.board)[0])
+    assert sum(g.board) - before in (2, 4) and g.moves == 1  # merges keep the sum; the spawn adds 2 or 4
+    assert game.Game(seed=5).board == game.Game(seed=5).board
+
+
+def test_stuck_board_and_win():
+    g = game.Game(seed=0, target=64)
+    g.board = (2, 4, 2, 4, 4, 2, 4, 2, 2, 4, 2, 4, 4, 2, 4, 2)
+    assert g.stuck and not g.won
+    g.board = (64,) + (0,) * 15
+    assert g.won and not g.stuck
+
+
+def test_parse_move():
+    assert game.parse_move("<move>Left</move>") == "left"
+    assert game.parse_move("<move>diagonal</move>") is None
+    assert game.parse_move("left") is None
+
+
+def test_greedy_expert_wins_64_and_rewards_order_outcomes():
+    trajs = [asyncio.run(agent.expert_trajectory(s, target=64, max_moves=120)) for s in range(20)]
+    assert all(t.metrics["win"] for t in trajs)
+    assert all(t.reward == agent.WIN_REWARD for t in trajs)
+    t = trajs[0]
+    assert len(t.histories()) == t.metrics["moves"]  # one history (a fresh board prompt) per move
+    lost = game.Game(seed=0, target=64)
+    lost.board = (32, 16) + (0,) * 14
+    assert 0 < agent.reward_for(lost, invalid=False) < 1 < agent.WIN_REWARD
+    assert agent.reward_for(lost, invalid=True) == agent.INVALID_REWARD < 0
+
+
+def test_invalid_reply_ends_the_game():
+    async def choose(messages, board):
+        return "up!"
+
+    g, invalid, turns = asyncio.run(agent.play_game(choose, seed=1, target=64, max_moves=80))
+    assert invalid and g.moves == 0 and len(turns) == 1
+
+
+def test_keep_turns_samples_moves_and_keeps_the_last():
+    t = asyncio.run(agent.expert_trajectory(2, target=64, max_moves=120))
+    last = t.histories()[-1].messages()
+    kept = agent.keep_turns(t.model_copy(deep=True), 4, seed=0)
+    assert len(kept.histories()) == 4 and kept.histories()[-1].messages() == last
+    assert kept.reward == t.reward
+    assert len(agent.keep_turns(t.model_copy(deep=True), None, seed=0).histories()) == len(t.histories())

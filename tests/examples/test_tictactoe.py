@@ -1,0 +1,98 @@
+"""Tic Tac Toe rules, the minimax player, and the one-move-per-turn game loop."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+from examples.tictactoe import agent, game
+
+
+def board(rows: str) -> tuple[str, ...]:
+    cells = tuple(rows.replace(" ", "").replace("\n", ""))
+    assert len(cells) == 9
+    return cells
+
+
+def test_cell_names_round_trip():
+    assert [game.cell_name(i) for i in (0, 4, 8)] == ["A1", "B2", "C3"]
+    assert all(game.cell_index(game.cell_name(i)) == i for i in range(9))
+    with pytest.raises(game.IllegalMove, match="not a cell"):
+        game.cell_index("D4")
+
+
+@pytest.mark.parametrize("text, cell", [
+    ("<move>B2</move>", 4), ("I think <move> c3 </move> wins", 8), ("<move>A1</move><move>C3</move>", 0),
+    ("B2", None), ("<move>D1</move>", None), ("<move>B4</move>", None), ("", None),
+])  # fmt: skip
+def test_parse_move(text, cell):
+    assert game.parse_move(text) == cell
+
+
+def test_winner_rows_columns_diagonals_and_draw():
+    assert game.winner(board("XXX ... OO.")) == "X"
+    assert game.winner(board("OX. OX. O.X")) == "O"
+    assert game.winner(board("X.O .XO ..X")) == "X"
+    assert game.winner(board("..O .O. O.X")) == "O"
+    assert game.winner(board("XOX XOO OXX")) == "draw"
+    assert game.winner(board("XO. ... ...")) is None
+
+
+def test_illegal_moves_raise_and_leave_the_board():
+    b = game.play(game.empty_board(), 4, "X")
+    with pytest.raises(game.IllegalMove, match="B2 is taken by X"):
+        game.play(b, 4, "O")
+    with pytest.raises(game.IllegalMove, match="off the board"):
+        game.play(b, 9, "O")
+    with pytest.raises(game.IllegalMove, match="over"):
+        game.play(board("XXX OO. ..."), 8, "O")
+    assert b == board("... .X. ...")
+
+
+def test_minimax_values_and_moves():
+    assert game.minimax_value(game.empty_board(), "X") == 0  # perfect play draws
+    assert game.best_moves(board("XX. OO. ..."), "X") == [2]  # take the win
+    assert game.best_moves(board("OO. X.. ..X"), "X") == [2]  # block the only threat
+    assert game.minimax_value(board("XX. OO. ..."), "O") == 1  # O to move wins at once
+    rng = random.Random(0)
+    assert game.perfect_move(board("XX. OO. X.."), "O", rng) == 5  # an immediate win over a slower one
+
+
+def test_perfect_player_never_loses():
+    async def games(opponent: str) -> list:
+        return [await agent.expert_trajectory(s, opponent) for s in range(150)]
+
+    vs_random = asyncio.run(games("random"))
+    vs_minimax = asyncio.run(games("minimax"))
+    assert not any(t.metadata["outcome"] in ("loss", "illegal") for t in vs_random)
+    assert sum(t.metadata["outcome"] == "win" for t in vs_random) > 100
+    assert all(t.metadata["outcome"] == "draw" for t in vs_minimax)
+    assert {t.metadata["mark"] for t in vs_random} == {"X", "O"}
+
+
+def test_expert_game_is_a_chat_of_board_and_move_turns():
+    t = asyncio.run(agent.expert_trajectory(3))
+    roles = [m["role"] for m in t.messages()]
+    assert roles[:3] == ["system", "user", "assistant"] and roles.count("assistant") == t.metrics["moves"]
+    assert all(game.parse_move(m["content"]) is not None for m in t.messages() if m["role"] == "assistant")
+    assert t.reward == agent.reward_for(t.metadata["outcome"])
+
+
+@pytest.mark.parametrize("replies, outcome", [(["B2 please"], "illegal"), (["<move>B2</move>"] * 2, "illegal")])
+def test_unparsable_or_taken_cell_ends_the_game_with_the_penalty(replies, outcome):
+    it = iter(replies)
+
+    async def choose(messages, b, mark):
+        return next(it)
+
+    seed = next(s for s in range(100) if agent.side_for(s) == "X")  # X: B2 is free on the first move
+    messages, result = asyncio.run(agent.play_game(choose, seed))
+    assert result["outcome"] == outcome and result["moves"] == len(replies)
+    assert agent.reward_for(outcome) == agent.ILLEGAL_REWARD < 0
+    assert messages[-1] == {"role": "assistant", "content": replies[-1]}
+
+
+def test_rewards():
+    assert [agent.reward_for(o) for o in ("win", "draw", "loss", "illegal")] == [1.0, 0.5, 0.0, -1.0]
