@@ -39,7 +39,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # 2 shared CPU cores, where a trained sequence costs ~1-2 s
     "cpu": dict(base_model="smollm2-135m", sft_games=120, sft_epochs=1, sft_lr=5e-4, sft_batch=4, rl_steps=4,
                 groups=6, group_size=4, rl_lr=1e-4, eval_boards=100, device=None),
-    "gpu": dict(base_model="smollm2-135m", sft_games=2000, sft_epochs=2, sft_lr=3e-4, sft_batch=8, rl_steps=40,
+    "gpu": dict(base_model="qwen2.5-0.5b", sft_games=2000, sft_epochs=2, sft_lr=3e-4, sft_batch=8, rl_steps=40,
                 groups=16, group_size=8, rl_lr=1e-4, eval_boards=500, device="cuda"),
     "tiny": dict(base_model="tiny", sft_games=4, sft_epochs=1, sft_lr=1e-3, sft_batch=4, rl_steps=1, groups=2,
                  group_size=2, rl_lr=1e-4, eval_boards=4, device=None),

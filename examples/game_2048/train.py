@@ -39,7 +39,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # on a random sample of `turns` moves per game (see agent.keep_turns)
     "cpu": dict(base_model="smollm2-135m", target=64, max_moves=60, sft_games=64, turns=4, sft_epochs=1,
                 sft_lr=5e-4, sft_batch=4, rl_steps=4, groups=3, group_size=4, rl_lr=1e-4, eval_games=64, device=None),
-    "gpu": dict(base_model="smollm2-135m", target=128, max_moves=160, sft_games=400, turns=None, sft_epochs=2,
+    "gpu": dict(base_model="qwen2.5-0.5b", target=128, max_moves=160, sft_games=400, turns=None, sft_epochs=2,
                 sft_lr=3e-4, sft_batch=8, rl_steps=40, groups=16, group_size=8, rl_lr=1e-4, eval_games=300,
                 device="cuda"),
     "tiny": dict(base_model="tiny", target=16, max_moves=6, sft_games=2, turns=2, sft_epochs=1, sft_lr=1e-3,

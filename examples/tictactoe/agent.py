@@ -91,6 +91,8 @@ def _score(traj: art.Trajectory, result: dict) -> art.Trajectory:
     for name in ("win", "draw", "loss", "illegal"):
         traj.metrics[name] = float(outcome == name)
     traj.metrics["moves"] = result["moves"]
+    replies = [m["content"] for m in traj.messages() if m["role"] == "assistant"]
+    traj.metrics["tagged"] = sum(game.parse_move(r) is not None for r in replies) / max(len(replies), 1)
     traj.metadata.update(result)
     return traj
 

@@ -40,7 +40,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # configuration trains ~250 sequences in all and evaluates 100 games per stage.
     "cpu": dict(base_model="smollm2-135m", sft_games=160, sft_epochs=1, sft_lr=5e-4, sft_batch=4, rl_steps=4,
                 groups=6, group_size=4, rl_lr=1e-4, eval_games=100, minimax_games=50, device=None),
-    "gpu": dict(base_model="smollm2-135m", sft_games=2000, sft_epochs=2, sft_lr=3e-4, sft_batch=8, rl_steps=40,
+    "gpu": dict(base_model="qwen2.5-0.5b", sft_games=2000, sft_epochs=2, sft_lr=3e-4, sft_batch=8, rl_steps=40,
                 groups=16, group_size=8, rl_lr=1e-4, eval_games=500, minimax_games=200, device="cuda"),
     "tiny": dict(base_model="tiny", sft_games=8, sft_epochs=1, sft_lr=1e-3, sft_batch=4, rl_steps=1, groups=2,
                  group_size=2, rl_lr=1e-4, eval_games=4, minimax_games=2, device=None),
@@ -81,7 +81,8 @@ def figures(stages: dict[str, art.EvalResult], keys: dict[str, str | None]) -> d
     return out
 
 
-METRICS = {"score": None, "win_rate": "win", "draw_rate": "draw", "loss_rate": "loss", "illegal_rate": "illegal"}
+METRICS = {"score": None, "win_rate": "win", "draw_rate": "draw", "loss_rate": "loss", "illegal_rate": "illegal",
+           "tagged_rate": "tagged"}
 
 
 def record(path: Path, example: str, entry: dict[str, Any]) -> None:

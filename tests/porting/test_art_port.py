@@ -8,7 +8,6 @@ from pathlib import Path
 
 import art_core as art
 from tests.ruler.conftest import answer, shown
-from tests.serve.conftest import tiny_model_path  # noqa: F401 - fixture
 from tests.support.scripted_openai import ScriptedOpenAI
 
 from .art_style_loop import pipelined, rollout, train
@@ -19,7 +18,7 @@ def judge(body: dict) -> dict:
     return {"content": answer({i: (n + 1) / len(ids) for n, i in enumerate(ids)})}
 
 
-def test_art_style_loop_runs_with_only_its_imports_changed(tiny_model_path: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_art_style_loop_runs_with_only_its_imports_changed(tiny_model_path: Path, tmp_path: Path) -> None:
     from art_train import LocalBackend
 
     async def main() -> tuple[list, list, list, art.Trajectory]:
