@@ -5,7 +5,8 @@
 - `rollout(model, session, task)`: a generic tool-using agent loop.
 - `generate_tasks(...)`: AutoRL tasks from the tool schemas alone (litellm, structured output).
 
-Depends on `art_core`, `mcp` and `litellm` only (litellm is imported when tasks are generated).
+Depends on `art_core`, `mcp` (1.x or 2.x: `compat.py` holds the differences) and `litellm` only
+(litellm is imported when tasks are generated).
 """
 
 from .agent import COMPLETE_TASK, COMPLETE_TASK_TOOL, DEFAULT_SYSTEM_PROMPT, rollout, task_text

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from art_mcp.cli import autorl_main
+from art_train.cli import autorl as autorl_main  # `art autorl`: art_mcp composed with LocalBackend and RULER
 from examples.art_e.inbox import generate_inbox, write_db
 from examples.art_e.rollout import SERVER
 from tests.support.scripted_openai import ScriptedOpenAI
