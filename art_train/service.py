@@ -41,6 +41,8 @@ __all__ = ["Gate", "ModelService", "ServiceError", "WeightSyncError", "split_ser
 
 logger = logging.getLogger(__name__)
 
+DRIFT_WARNING = 0.1  # mean |sampler - trainer| logprob above which a full-precision engine's step warns
+
 Progress = Callable[[dict[str, Any]], None]
 
 _PROBE = [
@@ -357,6 +359,22 @@ class ModelService:
         full = dtype == "float32" or (dtype == "auto" and (self.config.device or "cpu").startswith("cpu"))
         return 2e-3 if full else 0.1
 
+    def drift_warning(self, entry: _Entry) -> float:
+        """Mean |sampler - trainer| logprob above which a step warns: 0.1, or twice the engine's
+        weight-sync tolerance where its precision is lower (bfloat16: 0.2; vLLM on CPU: 1.0)."""
+        return max(DRIFT_WARNING, 2 * self._tolerance(entry))
+
+    def _warn_drift(self, entry: _Entry, metrics: dict[str, Any]) -> None:
+        mean = metrics.get("sampler_drift/mean_abs")
+        limit = self.drift_warning(entry)
+        if mean is not None and mean > limit:
+            logger.warning(
+                "%s: sampler/trainer drift: the sampler's logprobs differ from the trainer's by %.3f on average "
+                "(max %.3f) over %d trained tokens (warning above %g for this engine's precision): rollouts may come "
+                "from other weights than the trainer's (a stale adapter or off-policy samples)", entry.model.name,
+                mean, metrics.get("sampler_drift/max_abs", float("nan")), int(metrics.get("sampler_drift/tokens", 0)),
+                limit)
+
     def probe_ids(self, entry: _Entry) -> list[int]:
         from .models import template_messages
 
@@ -471,6 +489,7 @@ class ModelService:
                     run, entry.trainer, lambda event: report({"type": "progress", **event}))
                 report({"type": "progress", "phase": "swap", "done": 0, "total": 1})
                 sync = await self._load_and_verify(entry, result.step)
+                self._warn_drift(entry, result.metrics)
                 entry.step = result.step
                 report({"type": "progress", "phase": "swap", "done": 1, "total": 1})
                 deleted = await self._retain(entry)  # inference is still held: no request uses an old step

@@ -39,9 +39,6 @@ __all__ = ["grpo_step"]
 
 logger = logging.getLogger(__name__)
 
-DRIFT_WARNING = 0.1  # mean |sampler - trainer| logprob above which a step warns (bfloat16 engines: ~0.04)
-
-
 def grpo_step(
     policy: Policy, groups: list[TrajectoryGroup], config: TrainConfig, progress: Progress
 ) -> dict[str, Any]:
@@ -170,13 +167,7 @@ def grpo_step(
     if drift["tokens"]:  # how far the sampler's logprobs are from the trainer's: a stale engine shows here
         mean = drift["sum"] / drift["tokens"]
         metrics |= {"sampler_drift/mean_abs": mean, "sampler_drift/max_abs": drift["max"],
-                    "sampler_drift/tokens": drift["tokens"]}
-        if mean > DRIFT_WARNING:
-            logger.warning(
-                "sampler/trainer drift: the sampler's logprobs differ from the trainer's by %.3f on average (max %.3f) "
-                "over %d trained tokens (warning above %g): rollouts may come from other weights than the trainer's "
-                "(a stale adapter, another precision, or off-policy samples)", mean, drift["max"], drift["tokens"],
-                DRIFT_WARNING)
+                    "sampler_drift/tokens": drift["tokens"]}  # the service warns when it is high for the engine
     if trained_tokens:
         metrics["trained_tokens_per_s"] = trained_tokens / metrics["time/forward_backward_s"]
     return metrics

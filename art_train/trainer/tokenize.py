@@ -127,8 +127,8 @@ def tokenize_history(
         lps.extend(logprobs if logprobs is not None else [NAN] * len(new_ids))
 
     for i, raw in enumerate(history.turns):
-        if raw.get("role") != "assistant" or i == 0:
-            continue
+        if raw.get("role") != "assistant" or i == 0 or raw.get("weight") == 0:
+            continue  # a turn with weight 0 (SFT's mask="last") is context, as in OpenAI's fine-tuning format
         sample = message_sample(raw)
         if sample is None and not train_unsampled:
             continue

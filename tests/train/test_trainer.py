@@ -85,6 +85,23 @@ def test_tool_calls_context_and_additional_histories(trainer: Trainer) -> None:
     assert stats.counts["retokenized_turns"] == 1 and stats.counts["spliced_turns"] == 1
 
 
+def test_weight_zero_turns_are_context(trainer: Trainer, tmp_path) -> None:  # noqa: ANN001
+    record = {"messages": [{"role": "user", "content": "first"}, {"role": "assistant", "content": "early answer"},
+                           {"role": "user", "content": "second"}, {"role": "assistant", "content": "final answer"}]}
+    path = tmp_path / "sft.jsonl"
+    path.write_text(json.dumps(record) + "\n")
+    tok = trainer.tokenizer
+    trained = {}
+    for mask in ("all", "last"):
+        (traj,) = art.load_sft_jsonl(path, mask=mask)
+        stats = TokenizeStats()
+        (seq,) = tokenize_trajectory(traj, tok, trainer.chat_template, stats=stats)
+        trained[mask] = tok.decode([i for i, m in zip(seq.token_ids, seq.mask, strict=True) if m])
+        assert "early answer" in tok.decode(seq.token_ids)  # still in the context either way
+    assert trained["all"] == "early answer<|im_end|>final answer<|im_end|>"
+    assert trained["last"] == "final answer<|im_end|>"
+
+
 def test_prefix_break_splits_and_is_counted(trainer: Trainer) -> None:
     # a template that drops <think>...</think> from earlier assistant turns (like reasoning models do)
     template = (
