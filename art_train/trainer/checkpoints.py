@@ -6,7 +6,9 @@ Files in the run directory (see art_core.RunDir):
   is always complete. A deleted checkpoint is renamed to ``.<step>.deleting.tmp`` first, for the same reason.
 - ``trajectories/train/<step>.jsonl``: written BEFORE the step trains, plus ``train_pending.json``
   (the step, its kind and its config), removed once the checkpoint exists. A process killed mid-step
-  leaves both; the next `Trainer` finds them (`Checkpoints.pending`) and retrains that step.
+  leaves both; the next `Trainer` finds them (`Checkpoints.pending`) and retrains that step. A step
+  that raises instead moves both to ``failed/<step>-<time>.jsonl`` / ``.json`` (with the error), so the
+  next call does not retrain a batch that failed, and nothing is lost.
 
 Retention: `checkpoints_to_delete` picks what goes. Resuming needs only the newest checkpoint
 (adapter and optimizer), which is never deleted, so a run resumes after any retention.
@@ -19,6 +21,7 @@ import logging
 import math
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +167,19 @@ class Checkpoints:
     def finish(self) -> None:
         """The step's checkpoint exists: clear the journal."""
         self.pending_path.unlink(missing_ok=True)
+
+    def abort(self, step: int, error: BaseException) -> Path:
+        """The step raised: move its trajectories and journal entry to ``failed/`` (kept, never retrained)."""
+        failed = self.rundir.path / "failed"
+        failed.mkdir(exist_ok=True)
+        stem = failed / f"{step:04d}-{time.strftime('%Y%m%d-%H%M%S')}"
+        entry = json.loads(self.pending_path.read_text()) if self.pending_path.exists() else {"step": step}
+        atomic_write_text(stem.with_suffix(".json"), json.dumps({**entry, "error": f"{type(error).__name__}: {error}"}))
+        trajectories = self.rundir.trajectories_path("train", step)
+        if trajectories.exists():
+            os.replace(trajectories, stem.with_suffix(".jsonl"))
+        self.pending_path.unlink(missing_ok=True)
+        return stem.with_suffix(".jsonl")
 
 
 # -- retention ----------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ It holds the state and calls the parts, each in its own module:
 
 A `train` call: retrain an interrupted step if there is one -> journal the new step (its
 trajectories first) -> the step -> save the checkpoint -> clear the journal -> append history.
+A step that raises is rolled back to the newest checkpoint, its journal moved to ``failed/``.
 """
 
 from __future__ import annotations
@@ -225,7 +226,14 @@ class Trainer:
         t0 = time.perf_counter()
         self.checkpoints.begin(step, kind, config.model_dump(), groups, step_id)
         self.policy.set_hyperparameters(config)
-        metrics = STEPS[kind][1](self.policy, groups, config, progress)
+        try:
+            metrics = STEPS[kind][1](self.policy, groups, config, progress)
+        except Exception as exc:  # a crash (kill) keeps the journal for a retry; a raised error does not
+            kept = self.checkpoints.abort(step, exc)
+            self._restore(self.step)
+            logger.error("step %d raised %s: back at checkpoint %d; its trajectories are kept in %s",
+                         step, type(exc).__name__, self.step, kept)
+            raise
         t_save = time.perf_counter()
         progress({"phase": "save", "done": 0, "total": 1})
         metrics["time/step_s"] = t_save - t0  # up to the save: the record is saved with the checkpoint
@@ -238,6 +246,18 @@ class Trainer:
         metrics["time/step_s"] = record["time/step_s"] = time.perf_counter() - t0
         self.rundir.append_history(record)
         return TrainResult(step=step, metrics=metrics)
+
+    def _restore(self, step: int) -> None:
+        """Put the adapter and optimizer back to checkpoint `step` (a failed step may have moved them)."""
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        path = self.checkpoints.path(step)
+        set_peft_model_state_dict(self.policy.peft, load_file(str(path / "adapter_model.safetensors"), device=self.device))
+        self.policy.optimizer.zero_grad(set_to_none=True)
+        self.policy.optimizer.state.clear()  # step 0 saves no optimizer state
+        self.checkpoints.load_optimizer(step, self.policy.optimizer, self.device)
+        self.policy.peft.eval()
 
     # ----- the weight-sync probe -----
 

@@ -239,3 +239,35 @@ def test_sft_raises_target_probability(trainer: Trainer) -> None:
     assert result.metrics["optimizer_steps"] == 2
     assert sum(trainer.sequence_logprobs(ids)) > before + 1.0
     assert trainer.rundir.read_history()[-1]["kind"] == "sft"
+
+
+def test_a_step_that_raises_is_rolled_back_and_not_retrained(tiny_model_path, tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    from art_train.trainer import trainer as trainer_module
+
+    model = art.TrainableModel(name="boom", project="t", base_model=str(tiny_model_path))
+    t = Trainer(model, art.RunDir("t", "boom", root=tmp_path), device="cpu")
+    good = [art.TrajectoryGroup([_answer(t, "q", "yes", 1.0), _answer(t, "q", "no", 0.0)])]
+    t.train(good, art.TrainConfig(learning_rate=1e-2))
+    before = {k: v.clone() for k, v in t.peft.state_dict().items() if "lora" in k}
+    real = trainer_module.STEPS["grpo"]
+
+    def moves_then_raises(policy, groups, config, progress):  # noqa: ANN001, ANN202
+        real[1](policy, groups, config, progress)  # the weights and optimizer really move
+        raise RuntimeError("out of memory (simulated)")
+
+    monkeypatch.setitem(trainer_module.STEPS, "grpo", (real[0], moves_then_raises))
+    bad = [art.TrajectoryGroup([_answer(t, "bad", "a", 1.0), _answer(t, "bad", "b", 0.0)])]
+    with pytest.raises(RuntimeError, match="simulated"):
+        t.train(bad, art.TrainConfig(learning_rate=1e-2))
+    monkeypatch.setitem(trainer_module.STEPS, "grpo", real)
+    after = {k: v for k, v in t.peft.state_dict().items() if "lora" in k}
+    assert t.step == 1 and all(torch.equal(before[k], after[k]) for k in before)  # back at checkpoint 1
+    assert not (t.rundir.path / "train_pending.json").exists()
+    (kept,) = (t.rundir.path / "failed").glob("0002-*.jsonl")  # the failed batch is kept, with its error
+    assert "bad" in kept.read_text()
+    assert "out of memory (simulated)" in kept.with_suffix(".json").read_text()
+    fresh = Trainer(model, art.RunDir("t", "boom", root=tmp_path), device="cpu")  # a restart retrains nothing
+    assert fresh.step == 1 and fresh.pending_groups() is None
+    result = fresh.train(good, art.TrainConfig(learning_rate=1e-2))
+    assert result.step == 2
+    assert "bad" not in fresh.rundir.trajectories_path("train", 2).read_text()
