@@ -13,6 +13,7 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -80,7 +81,11 @@ class VLLMEngine:
         self.vllm_tool_parser = getattr(model_config, "tool_parser", None) or "hermes"  # refined in start()
         self._adapters: dict[str, Path] = {}
         self._proc: subprocess.Popen[bytes] | None = None
-        self._client = httpx.AsyncClient(base_url=self.url, timeout=httpx.Timeout(600.0, connect=10.0))
+        # vLLM's own port is on loopback but any local user could reach it: it takes this key on /v1
+        # (given in its environment, not on its command line, so `ps` does not show it)
+        self.api_key = secrets.token_urlsafe(32)
+        self._client = httpx.AsyncClient(base_url=self.url, timeout=httpx.Timeout(600.0, connect=10.0),
+                                         headers={"Authorization": f"Bearer {self.api_key}"})
         self._watchdog: asyncio.Task[None] | None = None
         self._stopping = False
         self._restart_lock = asyncio.Lock()
@@ -106,7 +111,7 @@ class VLLMEngine:
         return args + self.extra_args
 
     def _spawn(self) -> None:
-        env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+        env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "VLLM_API_KEY": self.api_key}
         if not self.gpu:
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import httpx
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
@@ -42,6 +43,12 @@ async def test_vllm_engine_serves_trains_swaps_and_restarts(tmp_path: Path) -> N
                                config=art.ModelConfig(max_seq_len=1024))
     try:
         await model.register(backend)  # starts vLLM, loads vl@0, checks weight sync
+        engine = backend.service.entry("vl").engine
+        async with httpx.AsyncClient(base_url=engine.url) as raw:  # vLLM's own port wants the engine's key
+            assert (await raw.get("/v1/models")).status_code == 401
+            authorised = await raw.get("/v1/models", headers={"Authorization": f"Bearer {engine.api_key}"})
+            assert authorised.status_code == 200
+        assert engine.api_key not in Path(f"/proc/{engine.pid}/cmdline").read_bytes().decode(errors="replace")
         client = model.openai_client()
         prompt = [{"role": "user", "content": "What is the weather in Paris?"}]
 
@@ -77,7 +84,6 @@ async def test_vllm_engine_serves_trains_swaps_and_restarts(tmp_path: Path) -> N
         ok = await backend._call(service._load_and_verify(entry, 1))  # the true checkpoint passes again
         assert ok["weight_sync/max_abs_diff"] < 0.5 and ok["weight_sync/mean_abs_diff"] < 0.1
 
-        engine = entry.engine
         os.killpg(engine.pid, 9)  # the next request (or the watchdog) restarts it and reloads the adapters
         strict = client.with_options(max_retries=0)  # the restart must be invisible: no 5xx, no client retry
         r = await strict.chat.completions.create(model=model.served_name(), messages=prompt, max_tokens=4)
