@@ -10,6 +10,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 import httpx
+from pydantic import BaseModel
 from rich.progress import Progress
 
 from .backend import DEFAULT_BEST_METRIC, Registration, TrainResult
@@ -59,7 +60,13 @@ class RemoteBackend:
         return response.json()
 
     async def register(self, model: Model) -> Registration:
-        data = await self._json("POST", "/art/v1/models/register", model.model_dump(mode="json"))
+        body = model.model_dump(mode="json")
+        config = getattr(model, "config", None)
+        if isinstance(config, BaseModel):
+            # only the fields the user set: the server fills the rest from the base model's alias defaults
+            # (e.g. its LoRA target modules) and then ModelConfig's, as LocalBackend does
+            body["config"] = config.model_dump(mode="json", exclude_unset=True)
+        data = await self._json("POST", "/art/v1/models/register", body)
         reg = Registration.model_validate(data)
         # The server cannot know the address clients reach it by; ours is the one that works.
         return reg.model_copy(update={"base_url": f"{self.url}/v1", "api_key": self.api_key or reg.api_key})

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from art_core import ModelConfig
+
 from .sources import (
     GEMMA3_INSTALL,
     QWEN25_INSTALL,
@@ -44,6 +46,7 @@ __all__ = [
     "ModelSpec",
     "WeightsHashError",
     "add_model",
+    "apply_model_defaults",
     "build_tiny_model",
     "cache_dir",
     "chat_template_for",
@@ -70,22 +73,32 @@ INFO_FILE = "art_model.json"  # what ART knows about a converted folder (alias, 
 
 
 # -- the registry --------------------------------------------------------------------------------
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModelSpec:
     """One alias `base_model` accepts: where the weights come from and how to run them.
 
     gguf: a function returning the GGUF file to convert (checked before it is returned); it raises
         FileNotFoundError naming `install` when the packages are missing.
+    folder: instead of `gguf`, a saved model folder (config, weights, tokenizer) used as it is: its
+        tokenizer's chat template, the family's tool parser.
     family: a key of `art_train.families.FAMILIES` (chat template, tool parser, stop tokens).
     base_only: a base (not instruction-tuned) model: ART supplies the turn format, replies are weak.
+    target_modules, dtype, max_seq_len: the defaults of those `ModelConfig` fields for this alias;
+        a field the user sets wins (`apply_model_defaults`).
+
+    Example:
+        add_model(ModelSpec(alias="my-agent", hf_id="me/my-agent", family="qwen2.5", folder="/data/my-agent",
+                            install="copy the folder to /data/my-agent", license="Apache-2.0",
+                            target_modules=("q_proj", "v_proj"), max_seq_len=8192))
     """
 
     alias: str
     hf_id: str
     family: str
-    gguf: Callable[[], Path]
     install: str
     license: str
+    gguf: Callable[[], Path] | None = None
+    folder: str | os.PathLike[str] | None = None
     sha256: str | None = None
     base_only: bool = False
     parameters: str = ""
@@ -93,6 +106,18 @@ class ModelSpec:
     dtype: str = "auto"
     max_seq_len: int = 4096
 
+    def __post_init__(self) -> None:
+        if (self.gguf is None) == (self.folder is None):
+            raise ValueError(f"model {self.alias!r}: give exactly one of gguf= (a function returning a GGUF file) "
+                             "or folder= (a saved model folder)")
+        from .families import FAMILIES
+
+        if self.family not in FAMILIES:
+            raise ValueError(f"model {self.alias!r}: family {self.family!r} is not one of {sorted(FAMILIES)}")
+
+
+# ModelConfig fields an alias gives defaults for, and the ModelSpec field holding each
+_DEFAULTED_FIELDS = ("target_modules", "dtype", "max_seq_len")
 
 _MODELS: dict[str, ModelSpec] = {}
 
@@ -110,6 +135,42 @@ def model_spec(alias: str) -> ModelSpec | None:
 
 def model_aliases() -> list[str]:
     return sorted(_MODELS)
+
+
+def _spec_for(base_model: str | os.PathLike[str]) -> ModelSpec | None:
+    """The alias `base_model` names, or the one whose folder it is (converted, or a spec's `folder`)."""
+    spec = _MODELS.get(str(base_model))
+    if spec is not None:
+        return spec
+    local = Path(base_model).expanduser()
+    if not local.is_dir():
+        return None
+    alias = model_info(local).get("alias")
+    if alias in _MODELS:
+        return _MODELS[alias]
+    real = local.resolve()
+    return next((s for s in _MODELS.values() if s.folder is not None and Path(s.folder).expanduser().resolve() == real),
+                None)
+
+
+def apply_model_defaults(config: ModelConfig, base_model: str | os.PathLike[str]) -> ModelConfig:
+    """`config` with its base model's alias defaults (`target_modules`, `dtype`, `max_seq_len`) in every
+    field the user did not set (pydantic's `model_fields_set`); an explicitly set field always wins.
+
+    The backend calls this when it registers a model, so the run directory's model.json records the
+    values used. Not an alias (an HF id, an unregistered folder): `config` unchanged.
+
+    Example:
+        apply_model_defaults(ModelConfig(max_seq_len=512), "my-agent")  # my-agent's target_modules, 512
+    """
+    spec = _spec_for(base_model)
+    if spec is None:
+        return config
+    update = {f: getattr(spec, f) for f in _DEFAULTED_FIELDS if f not in config.model_fields_set}
+    if "target_modules" in update:
+        update["target_modules"] = list(update["target_modules"])
+    # validated, so a spec's bad value fails here; the filled fields then count as set (model.json keeps them)
+    return ModelConfig.model_validate({**config.model_dump(exclude_unset=True), **update})
 
 
 add_model(ModelSpec(
@@ -139,6 +200,7 @@ def _convert_gguf(spec: ModelSpec, target: Path) -> None:
 
     from .families import apply_family
 
+    assert spec.gguf is not None
     gguf = spec.gguf()
     logger.info("converting %s to safetensors in %s (once)", gguf.name, target)
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
@@ -178,7 +240,14 @@ def resolve_base_model(name_or_path: str) -> Path:
         path = resolve_base_model("qwen2.5-0.5b")
     """
     spec = _MODELS.get(name_or_path)
+    if spec is not None and spec.folder is not None:
+        folder = Path(spec.folder).expanduser()
+        if not _is_model_dir(folder):
+            raise FileNotFoundError(f"model {spec.alias!r} is not installed: {folder} has no config.json. "
+                                    f"Install: `{spec.install}`")
+        return folder
     if spec is not None:
+        assert spec.gguf is not None
         target = cache_dir() / "models" / spec.alias
         if _is_model_dir(target):
             return target
@@ -224,6 +293,8 @@ def tool_parser_for(base_model: str | os.PathLike[str], model_config: Any = None
         return chosen
     spec = _MODELS.get(str(base_model))
     family = spec.family if spec is not None else model_info(base_model).get("family") if Path(base_model).is_dir() else None
+    if family is None and (spec := _spec_for(base_model)) is not None:  # an alias's `folder`, given as a path
+        family = spec.family
     if family in FAMILIES:
         return FAMILIES[family].tool_parser
     return FAMILIES[family_for_template(template or "")].tool_parser

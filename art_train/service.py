@@ -206,14 +206,16 @@ class ModelService:
             if not model.base_model:
                 raise ServiceError(f"model {model.name!r} has no base_model; set it to a Hugging Face id, "
                                    "a local folder or 'smollm2-135m'")
+            trainable = isinstance(model, TrainableModel) or model.trainable
+            if trainable:
+                model = await asyncio.to_thread(self._with_model_defaults, model)
             try:
                 engine = await self._engine_for(model)
             except FileNotFoundError as exc:
                 raise ServiceError(str(exc), status=404, type="not_found_error") from exc
             entry = _Entry(model=model, engine=engine)
-            if isinstance(model, TrainableModel) or model.trainable:
-                model = model if isinstance(model, TrainableModel) else TrainableModel.model_validate(model.model_dump())
-                entry.model = model
+            if trainable:
+                assert isinstance(model, TrainableModel)
                 entry.rundir = RunDir(model.project, model.name, self.config.path)
                 entry.rundir.write_model(model.model_dump(mode="json"))
                 entry.trainer = await asyncio.to_thread(self._make_trainer, model, entry.rundir)
@@ -228,6 +230,21 @@ class ModelService:
             self._entries[model.name] = entry
             logger.info("registered %s (%s) at step %s", model.name, model.base_model, entry.step)
             return entry
+
+    @staticmethod
+    def _with_model_defaults(model: Model) -> TrainableModel:
+        """A copy of `model` as a TrainableModel whose config has the base model's alias defaults in every
+        field the user left unset (`apply_model_defaults`); the user's object is not changed."""
+        from .models import apply_model_defaults
+
+        if not isinstance(model, TrainableModel):
+            model = TrainableModel.model_validate(model.model_dump(exclude_unset=True))
+        try:
+            config = apply_model_defaults(model.config, model.base_model)
+        except ValueError as exc:  # pydantic's ValidationError too: an alias whose defaults do not validate
+            raise ServiceError(f"model {model.name!r}: the defaults of base model {model.base_model!r} are invalid: "
+                               f"{exc}; fix its ModelSpec or set the fields in ModelConfig") from exc
+        return model.model_copy(update={"config": config})
 
     def entry(self, name: str) -> _Entry:
         entry = self._entries.get(name)
