@@ -15,11 +15,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import json
 import logging
-import resource
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -27,10 +24,13 @@ from typing import Any
 import art_core as art
 
 try:  # imported as examples.<game>.train (tests), or run as a script
+    from .. import train_common as common
     from . import agent
 except ImportError:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # examples/, for train_common
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import agent  # type: ignore[no-redef]
+    import train_common as common  # type: ignore[no-redef]
 
 logger = logging.getLogger("codenames")
 
@@ -44,7 +44,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "tiny": dict(base_model="tiny", sft_games=4, sft_epochs=1, sft_lr=1e-3, sft_batch=4, rl_steps=1, groups=2,
                  group_size=2, rl_lr=1e-4, eval_boards=4, device=None),
 }
-SPLITS = {"test": 100_000, "dev": 50_000}  # first board seed of each evaluation split; training stays below
 ROLES = ("spymaster", "operative")
 
 
@@ -65,37 +64,8 @@ def both_roles(spymaster: art.EvalResult, operative: art.EvalResult) -> art.Eval
     return dataclasses.replace(spymaster, rewards=rewards, groups=[])
 
 
-def by_metric(result: art.EvalResult, key: str | None) -> art.EvalResult:
-    """The same games scored by a trajectory metric (None: the reward), for its interval and pairing."""
-    if key is None:
-        return result
-    rewards = [[float(t.metrics[key]) for t in g.trajectories] for g in result.groups if g.trajectories]
-    return dataclasses.replace(result, rewards=rewards, groups=[])
-
-
-def figures(stages: dict[str, art.EvalResult], keys: dict[str, str | None]) -> dict[str, Any]:
-    """Each metric's mean and 95% interval per stage, and the paired differences between stages."""
-    out: dict[str, Any] = {}
-    for name, key in keys.items():
-        res = {s: by_metric(r, key) for s, r in stages.items()}
-        row: dict[str, Any] = {s: {"mean": r.mean, "ci": list(r.ci)} for s, r in res.items()}
-        for a, b in (("base", "sft"), ("base", "sft_rl"), ("sft", "sft_rl")):
-            if a in res and b in res:
-                c = art.compare(res[a], res[b])
-                row[f"{b}_minus_{a}"] = {"diff": c.diff, "ci": list(c.ci), "p_value": c.p_value}
-        out[name] = row
-    return out
-
-
 METRICS = {"score": None, "mean_margin": "margin", "assassin_rate": "assassin", "illegal_clue_rate": "illegal_clue",
            "invalid_guess_rate": "invalid_guess"}
-
-
-def record(path: Path, example: str, entry: dict[str, Any]) -> None:
-    """Add or replace this run's entry (keyed by configuration and seed) in the shared results file."""
-    data = json.loads(path.read_text()) if path.exists() else {}
-    data.setdefault(example, {})[f"{entry['config']}-seed{entry['seed']}"] = entry
-    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
 async def train_groups(model: art.TrainableModel, seeds: range, group_size: int, client: Any) -> list[art.TrajectoryGroup]:
@@ -114,19 +84,13 @@ async def train_groups(model: art.TrainableModel, seeds: range, group_size: int,
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     from art_train import LocalBackend
 
-    cfg = {**CONFIGS[args.config], **{k: v for k, v in vars(args).items() if k in CONFIGS["cpu"] and v is not None}}
-    base_model = cfg["base_model"]
-    if base_model == "tiny":
-        from art_train.models import build_tiny_model
-
-        base_model = str(build_tiny_model(Path(tempfile.gettempdir()) / "art-example-tiny"))
+    cfg = common.settings(CONFIGS, args)
+    base_model = common.base_model_path(cfg["base_model"])
     t_start = time.perf_counter()
     seed = args.seed
-    first = SPLITS[args.split]
-    held_out = list(range(first, first + cfg["eval_boards"]))
+    held_out = common.held_out_seeds(args.split, cfg["eval_boards"])
     backend = LocalBackend(path=args.output, device=cfg["device"])
-    model = art.TrainableModel(name=f"codenames-{args.config}-s{seed}", project="codenames", base_model=base_model,
-                               config=art.ModelConfig(max_seq_len=512, seed=seed))
+    model = common.trainable_model("codenames", args, base_model)
     stages: dict[str, dict[str, art.EvalResult]] = {role: {} for role in ROLES}
     curve: list[dict[str, float]] = []
     try:
@@ -140,18 +104,15 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             logger.info("%s: %s", name, "; ".join(stages[r][name].summary() for r in ROLES))
 
         await stage("base")
-        sft_seeds = range(seed * 10_000, seed * 10_000 + cfg["sft_games"])
-        expert = [t for s in sft_seeds for t in await agent.expert_game(s)]
-        await model.train_sft(expert, art.SFTConfig(learning_rate=cfg["sft_lr"], num_epochs=cfg["sft_epochs"],
-                                                    batch_size=cfg["sft_batch"], max_seq_len=512))
+        expert = [t for s in common.sft_seeds(seed, cfg["sft_games"]) for t in await agent.expert_game(s)]
+        await model.train_sft(expert, common.sft_config(cfg))
         await stage("sft")
-        rl_seed = 20_000 + seed * 10_000
         for step in range(cfg["rl_steps"]):
-            seeds = range(rl_seed + step * cfg["groups"], rl_seed + (step + 1) * cfg["groups"])
+            seeds = common.rl_seeds(seed, step, cfg["groups"])
             groups = await train_groups(model, seeds, cfg["group_size"], client)
             row = {role: art.group_metrics([g for g in groups if g.metadata["role"] == role])["reward_mean"]
                    for role in ROLES}
-            result = await model.train(groups, config=art.TrainConfig(learning_rate=cfg["rl_lr"], max_seq_len=512))
+            result = await model.train(groups, config=common.rl_config(cfg))
             curve.append({"step": result.step, **{f"{r}_reward": v for r, v in row.items()}})
             logger.info("rl step %d: %s", step + 1, curve[-1])
         await stage("sft_rl")
@@ -159,44 +120,27 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         await backend.close()
     wall = time.perf_counter() - t_start
     both = {name: both_roles(stages["spymaster"][name], stages["operative"][name]) for name in stages["spymaster"]}
-    out = {"example": "codenames", "model": cfg["base_model"], "config": args.config, "settings": cfg, "seed": seed,
-           "split": args.split, "project": model.project, "name": model.name,
-           "steps": {"sft": 1, "rl": cfg["rl_steps"]}, "wall_s": round(wall, 1),
-           "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+    out = {**common.run_entry("codenames", cfg, args, model, wall),
            "eval": {"boards": len(held_out), "greedy": True, "seeds": f"{held_out[0]}..{held_out[-1]}",
                     "partner": "scripted (game.best_clue / game.scripted_guesses)"},
-           "both_roles": figures(both, {"score": None}),
-           **{role: figures(stages[role], METRICS) for role in ROLES}, "curve": curve}
+           "both_roles": common.figures(both, {"score": None}),
+           **{role: common.figures(stages[role], METRICS) for role in ROLES}, "curve": curve}
     if args.record:
-        record(Path(args.record), "codenames", out)
+        common.record(Path(args.record), "codenames", out)
     for name in both:
         print(f"{name} (step {both[name].step}): both roles {both[name].summary()}")
         for role in ROLES:
-            print(f"  {role}: " + ", ".join(f"{m} {t[name]['mean']:.3f} [{t[name]['ci'][0]:.3f}, {t[name]['ci'][1]:.3f}]"
-                                          for m, t in out[role].items()))
-    print(art.compare(both["base"], both["sft_rl"]).table())
-    print(art.compare(both["sft"], both["sft_rl"]).table())
-    print(f"wall {wall:.0f} s, peak RSS {out['peak_rss_mb']} MB")
+            print(f"  {role}: " + common.figures_line(out[role], name))
+    common.print_comparisons(both, wall, out["peak_rss_mb"])
     return out
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", choices=sorted(CONFIGS), default="cpu")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--output", default=".art-examples", help="run-directory root")
-    p.add_argument("--split", choices=sorted(SPLITS), default="test",
-                   help="evaluate on the held-out test seeds, or on the dev seeds used for choosing settings")
-    p.add_argument("--record", help="add the run's figures to this JSON file (benchmarks/results/examples.json)")
-    for key in ("sft_games", "sft_epochs", "sft_batch", "rl_steps", "groups", "group_size", "eval_boards"):
-        p.add_argument(f"--{key.replace('_', '-')}", dest=key, type=int)
-    for key in ("sft_lr", "rl_lr"):
-        p.add_argument(f"--{key.replace('_', '-')}", dest=key, type=float)
-    p.add_argument("--base-model", dest="base_model")
-    return p.parse_args(argv)
+    int_settings = ("sft_games", "sft_epochs", "sft_batch", "rl_steps", "groups", "group_size",
+                    "eval_boards")
+    return common.parse_args(__doc__, CONFIGS, int_settings, argv)
 
 
 if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    common.setup_logging()
     asyncio.run(main(parse_args()))

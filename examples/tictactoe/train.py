@@ -14,12 +14,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
-import json
 import logging
-import resource
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -27,10 +23,13 @@ from typing import Any
 import art_core as art
 
 try:  # imported as examples.<game>.train (tests), or run as a script
+    from .. import train_common as common
     from . import agent
 except ImportError:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # examples/, for train_common
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import agent  # type: ignore[no-redef]
+    import train_common as common  # type: ignore[no-redef]
 
 logger = logging.getLogger("tictactoe")
 
@@ -45,7 +44,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "tiny": dict(base_model="tiny", sft_games=8, sft_epochs=1, sft_lr=1e-3, sft_batch=4, rl_steps=1, groups=2,
                  group_size=2, rl_lr=1e-4, eval_games=4, minimax_games=2, device=None),
 }
-SPLITS = {"test": 100_000, "dev": 50_000}  # first game seed of each evaluation split; training stays below
 
 
 async def evaluate(model: art.TrainableModel, step: int, seeds: list[int], opponent: str,
@@ -59,55 +57,20 @@ async def evaluate(model: art.TrainableModel, step: int, seeds: list[int], oppon
                               split="val" if opponent == "random" else f"val_{opponent}")
 
 
-def by_metric(result: art.EvalResult, key: str | None) -> art.EvalResult:
-    """The same games scored by a trajectory metric (None: the reward), for its interval and pairing."""
-    if key is None:
-        return result
-    rewards = [[float(t.metrics[key]) for t in g.trajectories] for g in result.groups if g.trajectories]
-    return dataclasses.replace(result, rewards=rewards, groups=[])
-
-
-def figures(stages: dict[str, art.EvalResult], keys: dict[str, str | None]) -> dict[str, Any]:
-    """Each metric's mean and 95% interval per stage, and the paired differences between stages."""
-    out: dict[str, Any] = {}
-    for name, key in keys.items():
-        res = {s: by_metric(r, key) for s, r in stages.items()}
-        row: dict[str, Any] = {s: {"mean": r.mean, "ci": list(r.ci)} for s, r in res.items()}
-        for a, b in (("base", "sft"), ("base", "sft_rl"), ("sft", "sft_rl")):
-            if a in res and b in res:
-                c = art.compare(res[a], res[b])
-                row[f"{b}_minus_{a}"] = {"diff": c.diff, "ci": list(c.ci), "p_value": c.p_value}
-        out[name] = row
-    return out
-
-
 METRICS = {"score": None, "win_rate": "win", "draw_rate": "draw", "loss_rate": "loss", "illegal_rate": "illegal",
            "tagged_rate": "tagged"}
-
-
-def record(path: Path, example: str, entry: dict[str, Any]) -> None:
-    """Add or replace this run's entry (keyed by configuration and seed) in the shared results file."""
-    data = json.loads(path.read_text()) if path.exists() else {}
-    data.setdefault(example, {})[f"{entry['config']}-seed{entry['seed']}"] = entry
-    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     from art_train import LocalBackend
 
-    cfg = {**CONFIGS[args.config], **{k: v for k, v in vars(args).items() if k in CONFIGS["cpu"] and v is not None}}
-    base_model = cfg["base_model"]
-    if base_model == "tiny":
-        from art_train.models import build_tiny_model
-
-        base_model = str(build_tiny_model(Path(tempfile.gettempdir()) / "art-example-tiny"))
+    cfg = common.settings(CONFIGS, args)
+    base_model = common.base_model_path(cfg["base_model"])
     t_start = time.perf_counter()
     seed = args.seed
-    first = SPLITS[args.split]
-    held_out = list(range(first, first + cfg["eval_games"]))
+    held_out = common.held_out_seeds(args.split, cfg["eval_games"])
     backend = LocalBackend(path=args.output, device=cfg["device"])
-    model = art.TrainableModel(name=f"tictactoe-{args.config}-s{seed}", project="tictactoe", base_model=base_model,
-                               config=art.ModelConfig(max_seq_len=512, seed=seed))
+    model = common.trainable_model("tictactoe", args, base_model)
     vs_random: dict[str, art.EvalResult] = {}
     vs_minimax: dict[str, art.EvalResult] = {}
     curve: list[dict[str, float]] = []
@@ -124,19 +87,16 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
         await stage("base")
         # SFT warm-up: minimax plays the agent's seat against the random opponent
-        sft_seeds = range(seed * 10_000, seed * 10_000 + cfg["sft_games"])
-        expert = [await agent.expert_trajectory(s) for s in sft_seeds]
-        await model.train_sft(expert, art.SFTConfig(learning_rate=cfg["sft_lr"], num_epochs=cfg["sft_epochs"],
-                                                    batch_size=cfg["sft_batch"], max_seq_len=512))
+        expert = [await agent.expert_trajectory(s) for s in common.sft_seeds(seed, cfg["sft_games"])]
+        await model.train_sft(expert, common.sft_config(cfg))
         await stage("sft")
-        rl_seed = 20_000 + seed * 10_000
         for step in range(cfg["rl_steps"]):
-            seeds = range(rl_seed + step * cfg["groups"], rl_seed + (step + 1) * cfg["groups"])
+            seeds = common.rl_seeds(seed, step, cfg["groups"])
             groups = await art.gather_trajectory_groups(
                 (art.TrajectoryGroup(agent.rollout(model, s, client=client) for _ in range(cfg["group_size"]))
                  for s in seeds), pbar_desc=f"rl step {step + 1}", max_exceptions=0)
             metrics = art.group_metrics(groups)
-            result = await model.train(groups, config=art.TrainConfig(learning_rate=cfg["rl_lr"], max_seq_len=512))
+            result = await model.train(groups, config=common.rl_config(cfg))
             curve.append({"step": result.step, "reward": metrics["reward_mean"],
                           "illegal": metrics.get("metric/illegal", 0.0)})
             logger.info("rl step %d: train reward %.3f, illegal %.3f", step + 1, metrics["reward_mean"],
@@ -145,44 +105,27 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         await backend.close()
     wall = time.perf_counter() - t_start
-    out = {"example": "tictactoe", "model": cfg["base_model"], "config": args.config, "settings": cfg, "seed": seed,
-           "split": args.split, "project": model.project, "name": model.name,
-           "steps": {"sft": 1, "rl": cfg["rl_steps"]}, "wall_s": round(wall, 1),
-           "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+    out = {**common.run_entry("tictactoe", cfg, args, model, wall),
            "eval": {"games": len(held_out), "greedy": True, "seeds": f"{held_out[0]}..{held_out[-1]}"},
-           "vs_random": figures(vs_random, {**METRICS}),
-           "vs_minimax": figures(vs_minimax, {k: v for k, v in METRICS.items() if k != "win_rate"}),
+           "vs_random": common.figures(vs_random, {**METRICS}),
+           "vs_minimax": common.figures(vs_minimax, {k: v for k, v in METRICS.items() if k != "win_rate"}),
            "curve": curve}
     if args.record:
-        record(Path(args.record), "tictactoe", out)
+        common.record(Path(args.record), "tictactoe", out)
     for name in vs_random:
         print(f"{name} (step {vs_random[name].step}):")
         for label, table in (("vs random", out["vs_random"]), ("vs minimax", out["vs_minimax"])):
-            print(f"  {label}: " + ", ".join(
-                f"{m} {t[name]['mean']:.3f} [{t[name]['ci'][0]:.3f}, {t[name]['ci'][1]:.3f}]" for m, t in table.items()))
-    print(art.compare(vs_random["base"], vs_random["sft_rl"]).table())
-    print(art.compare(vs_random["sft"], vs_random["sft_rl"]).table())
-    print(f"wall {wall:.0f} s, peak RSS {out['peak_rss_mb']} MB")
+            print(f"  {label}: " + common.figures_line(table, name))
+    common.print_comparisons(vs_random, wall, out["peak_rss_mb"])
     return out
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", choices=sorted(CONFIGS), default="cpu")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--output", default=".art-examples", help="run-directory root")
-    p.add_argument("--split", choices=sorted(SPLITS), default="test",
-                   help="evaluate on the held-out test seeds, or on the dev seeds used for choosing settings")
-    p.add_argument("--record", help="add the run's figures to this JSON file (benchmarks/results/examples.json)")
-    for key in ("sft_games", "sft_epochs", "sft_batch", "rl_steps", "groups", "group_size", "eval_games", "minimax_games"):
-        p.add_argument(f"--{key.replace('_', '-')}", dest=key, type=int)
-    for key in ("sft_lr", "rl_lr"):
-        p.add_argument(f"--{key.replace('_', '-')}", dest=key, type=float)
-    p.add_argument("--base-model", dest="base_model")
-    return p.parse_args(argv)
+    int_settings = ("sft_games", "sft_epochs", "sft_batch", "rl_steps", "groups", "group_size",
+                    "eval_games", "minimax_games")
+    return common.parse_args(__doc__, CONFIGS, int_settings, argv)
 
 
 if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    common.setup_logging()
     asyncio.run(main(parse_args()))
