@@ -17,7 +17,7 @@ import pytest
 from safetensors import safe_open
 
 import art_core as art
-from art_train import LocalBackend
+from art_train import LocalBackend, models
 from art_train.models import ModelSpec, add_model, apply_model_defaults, model_spec, resolve_base_model
 from art_train.service import ModelService
 from tests.support.net import free_port
@@ -29,9 +29,16 @@ SPEC = dict(alias=ALIAS, hf_id="art-tests/tiny-llama", family="chatml", install=
             license="-", target_modules=("q_proj", "v_proj"), dtype="float32", max_seq_len=256)
 
 
+def _add(monkeypatch: pytest.MonkeyPatch, spec: ModelSpec) -> ModelSpec:
+    """`add_model`, undone after the test: later tests use the same tiny folder, which must not get its defaults."""
+    monkeypatch.setitem(models._MODELS, spec.alias, spec)
+    assert add_model(spec) is spec and model_spec(spec.alias) is spec
+    return spec
+
+
 @pytest.fixture
-def tiny_alias(tiny_model_path: Path) -> Iterator[str]:
-    add_model(ModelSpec(folder=tiny_model_path, **SPEC))
+def tiny_alias(tiny_model_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    _add(monkeypatch, ModelSpec(folder=tiny_model_path, **SPEC))
     yield ALIAS
 
 
@@ -48,12 +55,17 @@ def test_unset_fields_take_the_alias_defaults_and_set_ones_win(tiny_alias: str, 
     assert resolve_base_model(tiny_alias) == tiny_model_path
 
 
-def test_an_alias_needs_exactly_one_source_and_a_known_family(tiny_model_path: Path) -> None:
+def test_the_test_alias_is_gone_after_its_test(tiny_model_path: Path) -> None:
+    assert model_spec(ALIAS) is None and apply_model_defaults(art.ModelConfig(), str(tiny_model_path)).max_seq_len == 4096
+
+
+def test_an_alias_needs_exactly_one_source_and_a_known_family(tiny_model_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ValueError, match="exactly one of gguf= .* or folder="):
         ModelSpec(**SPEC)
     with pytest.raises(ValueError, match="family 'nope' is not one of"):
         ModelSpec(folder=tiny_model_path, **{**SPEC, "family": "nope"})
-    missing = add_model(ModelSpec(folder=tiny_model_path / "absent", **{**SPEC, "alias": "tiny-absent"}))
+    missing = _add(monkeypatch, ModelSpec(folder=tiny_model_path / "absent", **{**SPEC, "alias": "tiny-absent"}))
     with pytest.raises(FileNotFoundError, match=r"not installed: .*absent has no config.json. Install: `build_tiny"):
         resolve_base_model(missing.alias)
 
@@ -79,7 +91,8 @@ async def _too_long_is_refused_at(client: openai.AsyncOpenAI, served: str, limit
         await client.chat.completions.create(model=served, messages=prompt, max_tokens=4)
 
 
-async def test_local_backend_applies_alias_defaults_and_restores_them(tiny_alias: str, tmp_path: Path) -> None:
+async def test_local_backend_applies_alias_defaults_and_restores_them(tiny_alias: str, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     backend = LocalBackend(path=tmp_path)
     default = art.TrainableModel(name="alias-defaults", project="defaults", base_model=tiny_alias)
     explicit = art.TrainableModel(name="explicit-targets", project="defaults", base_model=tiny_alias,
@@ -101,7 +114,7 @@ async def test_local_backend_applies_alias_defaults_and_restores_them(tiny_alias
 
     # a restarted server restores the run from model.json with the values it was trained with,
     # even after the alias's defaults change
-    add_model(ModelSpec(folder=model_spec(tiny_alias).folder, **{**SPEC, "max_seq_len": 128}))
+    _add(monkeypatch, ModelSpec(folder=model_spec(tiny_alias).folder, **{**SPEC, "max_seq_len": 128}))
     service = ModelService(path=tmp_path)
     try:
         await service.restore("alias-defaults")
