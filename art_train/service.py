@@ -377,9 +377,11 @@ class ModelService:
         return 2e-3 if full else 0.1
 
     def drift_warning(self, entry: _Entry) -> float:
-        """Mean |sampler - trainer| logprob above which a step warns: 0.1, or twice the engine's
-        weight-sync tolerance where its precision is lower (bfloat16: 0.2; vLLM on CPU: 1.0)."""
-        return max(DRIFT_WARNING, 2 * self._tolerance(entry))
+        """Mean |sampler - trainer| logprob above which a step warns: 0.1 where the engine samples at
+        the trainer's precision, else twice that or twice its weight-sync tolerance (bfloat16 embedded
+        engine: 0.2; vLLM on CPU: 1.0)."""
+        lower_precision = entry.engine.sync_reference_dtype is not None
+        return max(DRIFT_WARNING * (2 if lower_precision else 1), 2 * self._tolerance(entry))
 
     def _warn_drift(self, entry: _Entry, metrics: dict[str, Any]) -> None:
         mean = metrics.get("sampler_drift/mean_abs")
@@ -423,7 +425,7 @@ class ModelService:
 
         def trainer_side() -> tuple[dict[int, list[list[float]]], dict[int, str]]:
             steps = [step, *alternatives.values()]
-            logprobs = {s: [trainer.sequence_logprobs(p, s, reference) for p in probes] for s in steps}
+            logprobs = {s: trainer.sequences_logprobs(probes, s, reference) for s in steps}
             return logprobs, {s: trainer.adapter_fingerprint(s) for s in steps}
 
         trained_task = asyncio.ensure_future(asyncio.to_thread(trainer_side))  # overlaps the engine's load
@@ -431,10 +433,10 @@ class ModelService:
             await engine.load_adapter(adapter, self._own_adapter(entry, path or entry.rundir.checkpoint_path(step)))
             entry.loaded.add(step)
             t_load = time.perf_counter() - t0
-            served = {step: [await engine.sequence_logprobs(p, adapter) for p in probes]}
+            served = {step: await engine.sequences_logprobs(probes, adapter)}
             for a in alternatives.values():
                 name_a, _ = await self._adapter_for(entry, a)
-                served[a] = [await engine.sequence_logprobs(p, name_a) for p in probes]
+                served[a] = await engine.sequences_logprobs(probes, name_a)
             engine_fp = await engine.adapter_fingerprint(adapter)
         except BaseException:
             await asyncio.gather(trained_task, return_exceptions=True)  # never leave it running unobserved

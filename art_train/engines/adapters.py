@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 
-__all__ = ["BaseWeights", "LoraPair", "load_lora", "lora_pairs", "probe_logprobs"]
+__all__ = ["BaseWeights", "LoraPair", "load_lora", "lora_pairs", "probe_logprobs_batch"]
 
 
 @dataclass(frozen=True)
@@ -62,15 +62,31 @@ def lora_pairs(tensors: dict[str, torch.Tensor], config: dict[str, Any]) -> dict
     return pairs
 
 
-def probe_logprobs(model: Any, token_ids: list[int]) -> list[float]:
-    """Logprob of each token after the first under `model`: the weight-sync probe, computed one way
-    by the engine on what it serves and by the trainer on its own weights at the engine's precision."""
+def probe_logprobs_batch(model: Any, sequences: list[list[int]], max_tokens: int = 2048) -> list[list[float]]:
+    """For each sequence, the logprob of every token after the first under `model`: the weight-sync
+    probe. Several sequences a forward pass (right-padded, up to `max_tokens` padded tokens); the
+    engine and the trainer's reference call it on the same list, so they agree exactly."""
     device = next(model.parameters()).device
-    ids = torch.tensor([token_ids], device=device)
-    with torch.inference_mode():
-        logits = model(input_ids=ids).logits.float()  # [1, T, V]
-    logp = torch.log_softmax(logits[0, :-1], dim=-1)
-    return logp.gather(1, ids[0, 1:, None])[:, 0].tolist()
+    out: list[list[float]] = [[] for _ in sequences]
+    todo = [i for i, ids in enumerate(sequences) if len(ids) >= 2]
+    while todo:
+        chunk = [todo.pop(0)]
+        while todo and (len(chunk) + 1) * max(len(sequences[i]) for i in [*chunk, todo[0]]) <= max_tokens:
+            chunk.append(todo.pop(0))
+        width = max(len(sequences[i]) for i in chunk)
+        ids = torch.zeros((len(chunk), width), dtype=torch.long, device=device)
+        mask = torch.zeros_like(ids)
+        for row, i in enumerate(chunk):
+            ids[row, : len(sequences[i])] = torch.tensor(sequences[i], device=device)
+            mask[row, : len(sequences[i])] = 1
+        with torch.inference_mode():
+            logits = model(input_ids=ids, attention_mask=mask).logits
+        for row, i in enumerate(chunk):
+            n = len(sequences[i])
+            logp = torch.log_softmax(logits[row, : n - 1].float(), dim=-1)
+            out[i] = logp.gather(1, ids[row, 1:n, None])[:, 0].tolist()
+        del logits
+    return out
 
 
 class BaseWeights:

@@ -83,6 +83,11 @@ class Engine(Protocol):
         """log p(token_i | tokens before it) for i >= 1, as served (the weight-sync probe)."""
         ...
 
+    async def sequences_logprobs(self, sequences: list[list[int]], adapter: str | None) -> list[list[float]]:
+        """`sequence_logprobs` of several sequences (the embedded engine batches them with
+        `adapters.probe_logprobs_batch`, as the trainer's reference does)."""
+        ...
+
     async def adapter_fingerprint(self, name: str) -> str | None:
         """`weight_sync.lora_fingerprint` of the LoRA served as `name`, from what the engine itself holds or
         reports having loaded; None when the engine cannot say (the weight-sync check then relies on logprobs)."""

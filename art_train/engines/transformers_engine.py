@@ -33,7 +33,7 @@ from ..models import (
     template_messages,
     tool_parser_for,
 )
-from .adapters import BaseWeights, LoraPair, load_lora, probe_logprobs
+from .adapters import BaseWeights, LoraPair, load_lora, probe_logprobs_batch
 from .attention import use_float32_cache_attention
 from .base import ChatRequest, EngineError, SamplingParams
 from .kv import drop_leading, grow_in_place, select_rows
@@ -199,20 +199,23 @@ class TransformersEngine:
             return target
 
     async def sequence_logprobs(self, token_ids: list[int], adapter: str | None) -> list[float]:
+        return (await self.sequences_logprobs([token_ids], adapter))[0]
+
+    async def sequences_logprobs(self, sequences: list[list[int]], adapter: str | None) -> list[list[float]]:
         """Runs on the worker thread between decode steps, so it never re-merges a copy a batch is using."""
         if self._thread is None:
             raise EngineError("the engine is not started", status=503, type="server_error")
         loop = asyncio.get_running_loop()
-        done: asyncio.Future[list[float]] = loop.create_future()
+        done: asyncio.Future[list[list[float]]] = loop.create_future()
 
-        def settle(result: list[float] | None, exc: BaseException | None) -> None:
+        def settle(result: list[list[float]] | None, exc: BaseException | None) -> None:
             if not done.done():
                 done.set_exception(exc) if exc is not None else done.set_result(result or [])
 
         def run(busy: set[str | None]) -> None:
             try:
                 model = self._model_for(adapter, busy=busy)
-                loop.call_soon_threadsafe(settle, probe_logprobs(model, token_ids), None)
+                loop.call_soon_threadsafe(settle, probe_logprobs_batch(model, sequences), None)
             except BaseException as exc:  # noqa: BLE001 - handed to the caller
                 loop.call_soon_threadsafe(settle, None, exc)
 

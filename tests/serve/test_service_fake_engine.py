@@ -126,6 +126,9 @@ async def test_drift_warning_follows_the_engines_precision(caplog: pytest.LogCap
         service._warn_drift(entry, drift)
     assert "differ from the trainer's by 0.150" in caplog.text and "warning above 0.1 " in caplog.text
     caplog.clear()
+    engine.sync_reference_dtype = "bfloat16"  # the embedded engine sampling in bfloat16 against a float32 trainer
+    assert service.drift_warning(entry) == 0.2
+    engine.sync_reference_dtype = None
     engine.sync_tolerance = 0.5  # vLLM on CPU: its precision's noise is far above 0.1
     assert service.drift_warning(entry) == 1.0
     with caplog.at_level("WARNING", logger="art_train.service"):

@@ -56,6 +56,9 @@ class FunctionEngine:
     async def adapter_fingerprint(self, name: str) -> str | None:
         return None  # it holds no weights: the weight-sync check relies on the probe
 
+    async def sequences_logprobs(self, sequences: list[list[int]], adapter: str | None) -> list[list[float]]:
+        return [await self.sequence_logprobs(ids, adapter) for ids in sequences]
+
     async def sequence_logprobs(self, token_ids: list[int], adapter: str | None) -> list[float]:
         return [-1.0] * max(len(token_ids) - 1, 0)
 
