@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import time
@@ -34,6 +35,8 @@ def run(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> float:
 
 def one_seed(repo: str, clones: Path, seed: int, skip_setup: bool) -> dict:
     clone = clones / f"demo-clone-{seed}"
+    if clone.exists() and not skip_setup:
+        shutil.rmtree(clone)  # a fresh clone of the repo's HEAD every time, never an older one
     if not clone.exists():
         subprocess.run(["git", "clone", "-q", repo, str(clone)], check=True)
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=clone, capture_output=True, text=True).stdout.strip()
@@ -53,6 +56,7 @@ def one_seed(repo: str, clones: Path, seed: int, skip_setup: bool) -> dict:
     return {
         "seed": seed, "commit": commit, "task": summary["task"], "steps": summary["steps"],
         "groups": summary["groups"], "group_size": summary["group_size"], "learning_rate": summary["learning_rate"],
+        "temperature": summary["temperature"],
         "held_out_split": summary["eval_split"], "held_out_questions": summary["held_out_questions"],
         "command": f"bash scripts/demo.sh --seed {seed}",
         "wall_s": round(wall, 1), "demo_internal_wall_s": summary["wall_s"], "setup_s": None if setup_s is None else round(setup_s, 1),

@@ -178,19 +178,28 @@ def main() -> None:
             raise SystemExit(f"{alias} failed:\n{proc.stderr[-4000:]}")
         row = json.loads(line[len("RESULT "):])
         row["process_wall_s"] = round(time.perf_counter() - t0, 1)
+        row["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         results.append(row)
         print(json.dumps(row), flush=True)
     import torch
 
+    out = Path(args.output)
+    earlier = json.loads(out.read_text()).get("results", []) if out.exists() else []
+    ran = {r["model"] for r in results}
+    for row in earlier:  # models not run this time keep their earlier row (with its own date)
+        if row["model"] not in ran:
+            row.setdefault("date", json.loads(out.read_text()).get("date"))
+            results.append(row)
+    results.sort(key=lambda r: MODELS.index(r["model"]) if r["model"] in MODELS else len(MODELS))
     doc = {
         "benchmark": "models",
         "command": "flock /tmp/art-heavy.lock .venv/bin/python benchmarks/models.py",
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__,
-                    "note": "shared 2-core machine; other engineers' jobs ran at the same time"},
+                    "note": "shared 2-core machine; each row's date says when it ran"},
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "results": results,
     }
-    Path(args.output).write_text(json.dumps(doc, indent=1) + "\n")
+    out.write_text(json.dumps(doc, indent=1) + "\n")
 
 
 if __name__ == "__main__":
