@@ -9,7 +9,7 @@ Depends on `art_core`, `mcp` (1.x or 2.x: `compat.py` holds the differences) and
 (litellm is imported when tasks are generated).
 """
 
-from .agent import COMPLETE_TASK, COMPLETE_TASK_TOOL, DEFAULT_SYSTEM_PROMPT, rollout, task_text
+from .agent import COMPLETE_TASK, COMPLETE_TASK_TOOL, DEFAULT_SYSTEM_PROMPT, request_params, rollout, task_text
 from .autorl import (
     Task,
     TaskGenerationError,
@@ -53,6 +53,7 @@ __all__ = [
     "dedupe",
     "generate_tasks",
     "load_tasks",
+    "request_params",
     "resolve_server",
     "rollout",
     "save_tasks",

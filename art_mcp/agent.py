@@ -44,6 +44,22 @@ class HasTask(Protocol):
     task: str
 
 
+def request_params(model: Model, *, temperature: float | None = None, max_tokens: int | None = None,
+                   extra_body: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The chat-completion keywords an agent turn sends: the sampling options given, and logprobs for a
+    trainable model (the trainer needs the sampler's)."""
+    params: dict[str, Any] = {}
+    if temperature is not None:
+        params["temperature"] = temperature
+    if max_tokens is not None:
+        params["max_tokens"] = max_tokens
+    if model.trainable:
+        params["logprobs"] = True
+    if extra_body:
+        params["extra_body"] = extra_body
+    return params
+
+
 def task_text(task: str | HasTask | dict[str, Any]) -> str:
     if isinstance(task, str):
         text = task
@@ -110,15 +126,7 @@ async def rollout(
         trajectory.metadata["task_id"] = getattr(task, "id", None) or (
             task.get("id") if isinstance(task, dict) else None
         )
-    params: dict[str, Any] = {}
-    if temperature is not None:
-        params["temperature"] = temperature
-    if max_tokens is not None:
-        params["max_tokens"] = max_tokens
-    if model.trainable:
-        params["logprobs"] = True
-    if extra_body:
-        params["extra_body"] = extra_body
+    params = request_params(model, temperature=temperature, max_tokens=max_tokens, extra_body=extra_body)
 
     final: str | None = None
     finished = False

@@ -160,15 +160,7 @@ async def rollout(
         tools=tools,
         metadata={"question_id": question.id, "inbox_id": question.inbox_id, "task": question.question},
     )
-    params: dict[str, Any] = {}
-    if temperature is not None:
-        params["temperature"] = temperature
-    if max_tokens is not None:
-        params["max_tokens"] = max_tokens
-    if model.trainable:
-        params["logprobs"] = True
-    if extra_body:
-        params["extra_body"] = extra_body
+    params = art_mcp.request_params(model, temperature=temperature, max_tokens=max_tokens, extra_body=extra_body)
     out = Outcome()
     done = False
     async with model.openai_client() as client:

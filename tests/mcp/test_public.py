@@ -29,6 +29,7 @@ def test_public_surface_is_pinned():
             "dedupe",
             "generate_tasks",
             "load_tasks",
+            "request_params",
             "resolve_server",
             "rollout",
             "save_tasks",

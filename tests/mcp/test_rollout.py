@@ -107,3 +107,14 @@ async def test_a_server_with_its_own_complete_task_keeps_it(flaky):
     assert offered.count("complete_task") == 1
     assert traj.turns[-1]["content"] == "recorded answer: 42" and traj.metadata["final_answer"] == "42"
     assert traj.metrics["finished"] is True and traj.metrics["mcp/calls"] == 1
+
+
+def test_request_params_ask_logprobs_only_of_a_trainable_model() -> None:
+    import art_core as art
+    import art_mcp
+
+    plain = art.Model(name="judge", base_model="x")
+    trainable = art.TrainableModel(name="agent", project="p", base_model="x")
+    assert art_mcp.request_params(plain) == {}
+    assert art_mcp.request_params(trainable, temperature=0.0, max_tokens=8, extra_body={"seed": 1}) == {
+        "temperature": 0.0, "max_tokens": 8, "logprobs": True, "extra_body": {"seed": 1}}
