@@ -32,7 +32,7 @@ console = Console()
 
 # steps, groups a step, rollouts a group, learning rate; chosen on the dev split (see docs/serving.md)
 DEFAULTS: dict[str, dict[str, Any]] = {
-    "addition": {"steps": 12, "groups": 8, "group_size": 6, "learning_rate": 3e-4, "temperature": 1.0},
+    "addition": {"steps": 16, "groups": 8, "group_size": 6, "learning_rate": 3e-4, "temperature": 0.7},
     "brevity": {"steps": 16, "groups": 6, "group_size": 6, "learning_rate": 3e-4, "temperature": 1.0},
 }
 
