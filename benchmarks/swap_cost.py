@@ -1,0 +1,105 @@
+"""What the weight-sync check costs a step: `time/swap_s` (load the new adapter, probe it on both
+sides) against `time/step_s` (the GRPO step itself), on one `art demo`-shaped batch.
+
+For each code tree given (default: this one), in its own process: register smollm2-135m on
+LocalBackend, sample 8 addition questions x 6 replies at temperature 0.7 from step 0 (seeded, so
+every tree trains the same groups), then train two steps on those groups (step 1 probes 2
+checkpoints, step 2 three). Trees run one after the other in one invocation, so they can be
+compared by ratio on the same machine.
+
+Run (heavy: under the shared lock):
+    git worktree add /tmp/art-before <commit>
+    flock /tmp/art-heavy.lock .venv/bin/python benchmarks/swap_cost.py --trees /tmp/art-before .
+Writes benchmarks/results/swap_cost.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results" / "swap_cost.json"
+
+ONE_TREE = r'''
+import asyncio, json, random, sys, tempfile, time
+import art_core as art
+from art_train import LocalBackend
+from art_train.demo_tasks import ADDITION
+
+async def main() -> None:
+    questions = random.Random(0).sample(ADDITION.splits["train"], 8)
+    backend = LocalBackend(path=tempfile.mkdtemp())
+    model = art.TrainableModel(name="swap", project="bench", base_model="smollm2-135m",
+                               config=art.ModelConfig(max_seq_len=512, seed=0))
+    await model.register(backend)
+    client = model.openai_client()
+
+    async def one(q, i):
+        with art.capture() as traj:
+            r = await client.chat.completions.create(model=model.served_name(), messages=ADDITION.messages(q),
+                                                     max_tokens=ADDITION.max_tokens, temperature=0.7, seed=1000 + i)
+        traj.reward = ADDITION.score(q, r.choices[0].message.content or "", r.choices[0].finish_reason)
+        return traj
+
+    groups = await art.gather_trajectory_groups(
+        [art.TrajectoryGroup(one(q, i) for i in range(6)) for q in questions], show_progress=False)
+    steps = []
+    for _ in range(2):
+        t0 = time.perf_counter()
+        r = await model.train(groups, config=art.TrainConfig(learning_rate=3e-4), verbose=False)
+        steps.append({"step": r.step, "wall_s": round(time.perf_counter() - t0, 2),
+                      "swap_s": round(r.metrics["time/swap_s"], 2), "train_step_s": round(r.metrics["time/step_s"], 2),
+                      "probe_tokens": r.metrics.get("weight_sync/probe_tokens"), "rows": r.metrics.get("rows")})
+    await backend.close()
+    import art_train
+    print("RESULT " + json.dumps({"art_train": art_train.__file__, "steps": steps}), flush=True)
+
+asyncio.run(main())
+'''
+
+
+def run_tree(tree: Path) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(tree), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    with tempfile.TemporaryDirectory() as cwd:  # so `import art_train` finds the tree, not the cwd
+        proc = subprocess.run([sys.executable, "-c", ONE_TREE], cwd=cwd, env=env, capture_output=True, text=True)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    if line is None:
+        raise SystemExit(f"{tree} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(line[len("RESULT "):])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trees", nargs="+", default=[str(ROOT)])
+    args = parser.parse_args()
+    runs = []
+    for tree in args.trees:
+        path = Path(tree).resolve()
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=path, capture_output=True,
+                                text=True).stdout.strip()
+        result = run_tree(path)
+        steps = result["steps"]
+        assert result["art_train"].startswith(str(path)), f"imported {result['art_train']}, not the tree {path}"
+        runs.append({"tree": str(path), "commit": commit, "steps": steps,
+                     "swap_s_total": round(sum(s["swap_s"] for s in steps), 2)})
+        print(json.dumps(runs[-1]), flush=True)
+    doc = {"benchmark": "weight-sync cost per step (art demo batch, smollm2-135m, 2 CPU cores)",
+           "command": "flock /tmp/art-heavy.lock .venv/bin/python benchmarks/swap_cost.py --trees " + " ".join(args.trees),
+           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "runs": runs}
+    if len(runs) > 1:
+        doc["swap_ratio_last_over_first"] = round(runs[-1]["swap_s_total"] / runs[0]["swap_s_total"], 3)
+        doc["median_swap_s"] = {r["commit"]: statistics.median(s["swap_s"] for s in r["steps"]) for r in runs}
+    RESULTS.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
