@@ -1,8 +1,9 @@
 """The Tic Tac Toe agent: one move per turn in a chat, the reward, and minimax games for SFT.
 
 The agent plays a side drawn from the game's seed (X moves first) against an opponent that picks a
-random empty cell, or against a perfect (minimax) player. Each turn the user message shows the board;
-the agent answers ``<move>B2</move>``. An unparsable reply or a move to a taken cell ends the game.
+random empty cell, or against a perfect (minimax) player. Each turn the user message shows the board
+and lists the free cells; the agent answers ``<move>B2</move>``. An unparsable reply or a move to a
+taken cell ends the game.
 
 Reward: 1 win, 0.5 draw, 0 loss, -1 for an illegal or unparsable move.
 """
@@ -20,11 +21,12 @@ try:  # imported as a package (tests) or run as a script from this folder
 except ImportError:
     import game  # type: ignore[no-redef]
 
-__all__ = ["ILLEGAL_REWARD", "SYSTEM", "expert_trajectory", "play_game", "reward_for", "rollout"]
+__all__ = ["ILLEGAL_REWARD", "SYSTEM", "expert_trajectory", "play_game", "prompt", "reward_for", "rollout"]
 
 SYSTEM = (
     "You play Tic Tac Toe as {mark}. Cells are a row letter (A, B, C from the top) and a column "
-    "number (1, 2, 3 from the left). Empty cells are '.'. Reply with your move only, like <move>B2</move>."
+    "number (1, 2, 3 from the left). Empty cells are '.'. Play one of the free cells. Reply with your "
+    "move only, like <move>B2</move>."
 )
 ILLEGAL_REWARD = -1.0
 OPPONENTS: dict[str, Callable[[game.Board, str, random.Random], int]] = {
@@ -43,9 +45,11 @@ def side_for(seed: int) -> str:
     return "X" if random.Random(seed).random() < 0.5 else "O"
 
 
-def _prompt(board: game.Board, opponent_move: int | None) -> str:
+def prompt(board: game.Board, opponent_move: int | None) -> str:
+    """The turn's user message: the opponent's move, the board, and the free cells."""
     head = f"Opponent played {game.cell_name(opponent_move)}.\n" if opponent_move is not None else ""
-    return f"{head}{game.render(board)}\nYour move."
+    free = ", ".join(game.cell_name(i) for i in game.legal_moves(board))
+    return f"{head}{game.render(board)}\nFree cells: {free}.\nYour move."
 
 
 async def play_game(choose: Chooser, seed: int, opponent: str = "random") -> tuple[list[dict[str, Any]], dict]:
@@ -65,7 +69,7 @@ async def play_game(choose: Chooser, seed: int, opponent: str = "random") -> tup
         board = game.play(board, last, "X")
     moves = 0
     while True:
-        messages.append({"role": "user", "content": _prompt(board, last)})
+        messages.append({"role": "user", "content": prompt(board, last)})
         reply = await choose(messages, board, mark)
         messages.append({"role": "assistant", "content": reply})
         moves += 1
