@@ -1,7 +1,8 @@
 """The 2048 agent: one move per turn, the reward, and games of the greedy heuristic for SFT.
 
-Each turn the model sees the current board (a fresh prompt: the board is the whole state, and a
-growing chat would pass the context length within a game) and answers ``<move>left</move>``. All
+Each turn the model sees the current board and the moves that change it (a fresh prompt: the board
+is the whole state, and a growing chat would pass the context length within a game) and answers
+``<move>left</move>``. All
 turns of a game land in one trajectory, as separate histories that share its reward.
 
 Reward: on a win, 2 (a fixed bonus); on a stuck board or the move cap, the largest tile and the
@@ -23,8 +24,8 @@ try:
 except ImportError:
     import game  # type: ignore[no-redef]
 
-__all__ = ["INVALID_REWARD", "SYSTEM", "WIN_REWARD", "expert_trajectory", "keep_turns", "play_game", "reward_for",
-           "rollout"]
+__all__ = ["INVALID_REWARD", "SYSTEM", "WIN_REWARD", "expert_trajectory", "keep_turns", "play_game", "prompt",
+           "reward_for", "rollout"]
 
 SYSTEM = (
     "You play 2048. Reach the tile {target}. A move slides all tiles left, right, up or down; equal "
@@ -34,6 +35,11 @@ WIN_REWARD = 2.0
 INVALID_REWARD = -1.0
 
 Chooser = Callable[[list[dict[str, Any]], game.Board], Awaitable[str]]
+
+
+def prompt(board: game.Board) -> str:
+    """The turn's user message: the board, then the moves that change it."""
+    return f"{game.render(board)}\nMoves that change the board: {', '.join(game.valid_moves(board))}."
 
 
 def reward_for(g: game.Game, invalid: bool) -> float:
@@ -51,7 +57,7 @@ async def play_game(choose: Chooser, seed: int, target: int, max_moves: int) -> 
     turns = []
     while not g.won and not g.stuck and g.moves < max_moves:
         messages = [{"role": "system", "content": SYSTEM.format(target=target)},
-                    {"role": "user", "content": game.render(g.board)}]
+                    {"role": "user", "content": prompt(g.board)}]
         reply = await choose(messages, g.board)
         turns.append([*messages, {"role": "assistant", "content": reply}])
         try:

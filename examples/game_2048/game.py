@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import re
 
-__all__ = ["DIRECTIONS", "InvalidMove", "Game", "greedy_move", "parse_move", "render", "slide", "slide_row"]
+__all__ = ["DIRECTIONS", "InvalidMove", "Game", "greedy_move", "parse_move", "render", "slide", "slide_row", "valid_moves"]
 
 DIRECTIONS = ("left", "right", "up", "down")
 Board = tuple[int, ...]
@@ -64,6 +64,7 @@ def slide(board: Board, direction: str) -> tuple[Board, int]:
 
 
 def valid_moves(board: Board) -> list[str]:
+    """The directions that change the board, in DIRECTIONS order."""
     out = []
     for d in DIRECTIONS:
         try:

@@ -78,6 +78,24 @@ def test_greedy_expert_wins_64_and_rewards_order_outcomes():
     assert agent.reward_for(lost, invalid=True) == agent.INVALID_REWARD < 0
 
 
+def test_each_turn_lists_exactly_the_moves_that_change_the_board():
+    t = asyncio.run(agent.expert_trajectory(4, target=64, max_moves=120))
+    for history in t.histories():
+        user, reply = history.messages()[1:]
+        board = tuple(int(v) if v != "." else 0 for v in user["content"].split("\nMoves")[0].split())
+        listed = user["content"].split("Moves that change the board: ")[1].rstrip(".").split(", ")
+        changes = []
+        for d in game.DIRECTIONS:
+            try:
+                game.slide(board, d)  # raises when d moves no tile
+                changes.append(d)
+            except game.InvalidMove:
+                pass
+        assert listed == changes and game.parse_move(reply["content"]) in listed
+    assert agent.prompt((2, 2) + (0,) * 14) == game.render((2, 2) + (0,) * 14) + (
+        "\nMoves that change the board: left, right, down.")
+
+
 def test_invalid_reply_ends_the_game():
     async def choose(messages, board):
         return "up!"
