@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import io
+import json
 
 import pytest
 
@@ -24,3 +27,21 @@ def test_training_seeds_stay_below_the_held_out_splits(name, seed):
         assert len(rl) == cfg["rl_steps"] * cfg["groups"], config  # a new board for every RL group
         assert not used & rl, config  # the RL games are not the SFT games
         assert max(used | rl) < min(train_common.SPLITS.values()), config
+
+
+def test_the_results_table_shows_every_stage_and_difference(tmp_path):
+    from benchmarks.examples_table import main
+
+    cell = {"mean": 0.5, "ci": [0.25, 0.75]}
+    row = {"base": cell, "sft": cell, "sft_rl": {"mean": 0.75, "ci": [0.5, 1.0]},
+           "sft_rl_minus_base": {"diff": 0.25, "ci": [0.0, 0.5], "p_value": 0.1}}  # fmt: skip
+    entry = {"model": "m", "wall_s": 90.0, "peak_rss_mb": 2048, "vs_random": {"score": row}, "accuracy": row}
+    results = tmp_path / "examples.json"
+    results.write_text(json.dumps({"game": {"cpu-seed0": entry}}))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        main(["--results", str(results)])
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "### game cpu-seed0 (m, wall 1.5 min, peak RSS 2.0 GB)"
+    assert "| accuracy | 0.500 [0.250, 0.750] | 0.500 [0.250, 0.750] | 0.750 [0.500, 1.000] | +0.250 [+0.000, +0.500] | - |" in lines
+    assert any(line.startswith("| vs_random score | ") for line in lines)

@@ -1,0 +1,65 @@
+"""Markdown tables of the example runs in benchmarks/results/examples.json (for the READMEs).
+
+    python benchmarks/examples_table.py                 # every example and run
+    python benchmarks/examples_table.py tictactoe       # one example
+
+Each run gets one row per metric: the stages' means with 95% intervals, then the paired differences
+(SFT+RL - base, SFT+RL - SFT) with theirs, then the run's wall time and peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).parent / "results" / "examples.json"
+STAGES = ("base", "sft", "sft_rl")
+DIFFS = ("sft_rl_minus_base", "sft_rl_minus_sft")
+
+
+def _interval(cell: dict[str, Any], key: str, sign: bool) -> str:
+    fmt = "{:+.3f}" if sign else "{:.3f}"
+    low, high = cell["ci"]
+    return f"{fmt.format(cell[key])} [{fmt.format(low)}, {fmt.format(high)}]"
+
+
+def tables(entry: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The entry's figure tables: `{group: {metric: {stage: {...}}}}`; a bare metric is its own group."""
+    out: dict[str, dict[str, Any]] = {}
+    for group, value in entry.items():
+        if not isinstance(value, dict):
+            continue
+        if "base" in value:
+            out.setdefault("", {})[group] = value
+        elif value and all(isinstance(v, dict) and "base" in v for v in value.values()):
+            out[group] = value
+    return out
+
+
+def markdown(example: str, run: str, entry: dict[str, Any]) -> str:
+    lines = [f"### {example} {run} ({entry.get('model')}, wall {entry.get('wall_s', 0) / 60:.1f} min, "
+             f"peak RSS {entry.get('peak_rss_mb', 0) / 1024:.1f} GB)", "",
+             "| metric | base | SFT | SFT + RL | SFT+RL - base | SFT+RL - SFT |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for group, metrics in tables(entry).items():
+        for name, row in metrics.items():
+            cells = [_interval(row[s], "mean", False) if s in row else "-" for s in STAGES]
+            cells += [_interval(row[d], "diff", True) if d in row else "-" for d in DIFFS]
+            lines.append(f"| {f'{group} ' if group else ''}{name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("examples", nargs="*", help="example names (default: all)")
+    p.add_argument("--results", type=Path, default=RESULTS)
+    args = p.parse_args(argv)
+    data = json.loads(args.results.read_text())
+    for example in args.examples or sorted(data):
+        for run, entry in sorted(data[example].items()):
+            print(markdown(example, run, entry), end="\n\n")  # noqa: T201 - a report
+
+
+if __name__ == "__main__":
+    main()
