@@ -45,7 +45,7 @@ class Config:
     sft_epochs: int = 2
     sft_batch: int = 8
     sft_lr: float = 3e-4
-    sft_mask: str = "all"  # "last": only the final assistant turn is a target (needs trainer support)
+    sft_mask: str = "all"  # "last": only the final assistant turn is a target
     rl_steps: int = 4  # 0 skips RL
     questions_per_step: int = 4
     group_size: int = 4
