@@ -21,6 +21,7 @@ from art_train import LocalBackend, models
 from art_train.models import ModelSpec, add_model, apply_model_defaults, model_spec, resolve_base_model
 from art_train.service import ModelService
 from tests.support.net import free_port
+from tests.support.process import stop
 
 ROOT = Path(__file__).resolve().parents[2]
 ALIAS = "tiny-defaults"
@@ -164,8 +165,4 @@ async def test_remote_backend_sends_only_the_set_fields_and_the_server_fills_the
         _check_run(home, "alias-defaults", {"q_proj", "v_proj"}, 256)
         _check_run(home, "explicit-targets", {"k_proj"}, 256)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)

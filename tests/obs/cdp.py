@@ -17,6 +17,8 @@ from typing import Any
 
 import httpx
 
+from tests.support.process import stop
+
 BINARIES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
 
@@ -129,11 +131,7 @@ class Page:
         try:
             self.ws.close()
         finally:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+            stop(self.proc, 10)
             shutil.rmtree(self.profile, ignore_errors=True)
 
     def __enter__(self) -> Page:

@@ -16,6 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import art_core as art
+from tests.support.process import stop
 
 from .conftest import Run
 
@@ -106,8 +107,4 @@ def test_art_serve_exposes_metrics_behind_its_api_key(tmp_path: Path) -> None:
         assert got[("art_http_requests_total", (("method", "GET"), ("route", "/metrics"), ("status", "401")))] == 1
         assert got[("art_queue_depth", ())] == 0
     finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from tests.support.net import free_port
+from tests.support.process import stop
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -43,9 +44,5 @@ def art_serve(tmp_path_factory: pytest.TempPathFactory, tiny_model_path: Path) -
         proc.kill()
         raise RuntimeError("art serve did not start in 90 s")
     yield url
-    proc.terminate()
-    try:
-        proc.wait(20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    stop(proc)
     log.close()
