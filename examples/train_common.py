@@ -130,7 +130,7 @@ def parse_args(doc: str | None, configs: dict[str, dict[str, Any]], int_settings
     p.add_argument("--record", help="add the run's figures to this JSON file (benchmarks/results/examples.json)")
     for key in int_settings:
         p.add_argument(f"--{key.replace('_', '-')}", dest=key, type=int)
-    for key in ("sft_lr", "rl_lr"):
+    for key in ("sft_lr", "rl_lr", "rl_temperature"):
         p.add_argument(f"--{key.replace('_', '-')}", dest=key, type=float)
     p.add_argument("--base-model", dest="base_model")
     return p.parse_args(argv)

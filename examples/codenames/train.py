@@ -38,11 +38,11 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # fixed before the first measured run, never tuned on the held-out seeds (100_000+); sized for
     # 2 shared CPU cores, where a trained sequence costs ~1-2 s
     "cpu": dict(base_model="smollm2-135m", sft_games=120, sft_epochs=1, sft_lr=5e-4, sft_batch=4, rl_steps=4,
-                groups=6, group_size=4, rl_lr=1e-4, eval_boards=100, device=None),
+                groups=6, group_size=4, rl_lr=1e-4, rl_temperature=1.0, eval_boards=100, device=None),
     "gpu": dict(base_model="qwen2.5-0.5b", sft_games=2000, sft_epochs=2, sft_lr=3e-4, sft_batch=8, rl_steps=40,
-                groups=16, group_size=8, rl_lr=1e-4, eval_boards=500, device="cuda"),
+                groups=16, group_size=8, rl_lr=1e-4, rl_temperature=1.0, eval_boards=500, device="cuda"),
     "tiny": dict(base_model="tiny", sft_games=4, sft_epochs=1, sft_lr=1e-3, sft_batch=4, rl_steps=1, groups=2,
-                 group_size=2, rl_lr=1e-4, eval_boards=4, device=None),
+                 group_size=2, rl_lr=1e-4, rl_temperature=1.0, eval_boards=4, device=None),
 }
 ROLES = ("spymaster", "operative")
 
@@ -68,11 +68,12 @@ METRICS = {"score": None, "mean_margin": "margin", "assassin_rate": "assassin", 
            "invalid_guess_rate": "invalid_guess"}
 
 
-async def train_groups(model: art.TrainableModel, seeds: range, group_size: int, client: Any) -> list[art.TrajectoryGroup]:
+async def train_groups(model: art.TrainableModel, seeds: range, group_size: int, client: Any,
+                       temperature: float = 1.0) -> list[art.TrajectoryGroup]:  # fmt: skip
     """Group_size games per board with the model in both roles; one group per role per board."""
     groups = []
     for games in await asyncio.gather(*(
-            asyncio.gather(*(agent.rollout_pair(model, s, client=client) for _ in range(group_size)))
+            asyncio.gather(*(agent.rollout_pair(model, s, temperature=temperature, client=client) for _ in range(group_size)))
             for s in seeds)):
         for role in ROLES:
             trajs = [g[role] for g in games if g.get(role) is not None]
@@ -109,7 +110,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         await stage("sft")
         for step in range(cfg["rl_steps"]):
             seeds = common.rl_seeds(seed, step, cfg["groups"])
-            groups = await train_groups(model, seeds, cfg["group_size"], client)
+            groups = await train_groups(model, seeds, cfg["group_size"], client, cfg["rl_temperature"])
             row = {role: art.group_metrics([g for g in groups if g.metadata["role"] == role])["reward_mean"]
                    for role in ROLES}
             result = await model.train(groups, config=common.rl_config(cfg))

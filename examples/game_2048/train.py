@@ -37,12 +37,12 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # trained sequence, and on 2 shared CPU cores one costs ~1-2 s, so the CPU configuration trains
     # on a random sample of `turns` moves per game (see agent.keep_turns)
     "cpu": dict(base_model="smollm2-135m", target=64, max_moves=60, sft_games=64, turns=4, sft_epochs=1,
-                sft_lr=5e-4, sft_batch=4, rl_steps=4, groups=3, group_size=4, rl_lr=1e-4, eval_games=64, device=None),
+                sft_lr=5e-4, sft_batch=4, rl_steps=4, groups=3, group_size=4, rl_lr=1e-4, rl_temperature=1.0, eval_games=64, device=None),
     "gpu": dict(base_model="qwen2.5-0.5b", target=128, max_moves=160, sft_games=400, turns=None, sft_epochs=2,
-                sft_lr=3e-4, sft_batch=8, rl_steps=40, groups=16, group_size=8, rl_lr=1e-4, eval_games=300,
+                sft_lr=3e-4, sft_batch=8, rl_steps=40, groups=16, group_size=8, rl_lr=1e-4, rl_temperature=1.0, eval_games=300,
                 device="cuda"),
     "tiny": dict(base_model="tiny", target=16, max_moves=6, sft_games=2, turns=2, sft_epochs=1, sft_lr=1e-3,
-                 sft_batch=4, rl_steps=1, groups=2, group_size=2, rl_lr=1e-4, eval_games=4, device=None),
+                 sft_batch=4, rl_steps=1, groups=2, group_size=2, rl_lr=1e-4, rl_temperature=1.0, eval_games=4, device=None),
 }
 
 
@@ -90,7 +90,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             seeds = common.rl_seeds(seed, step, cfg["groups"])
 
             async def game(s: int, i: int) -> art.Trajectory:
-                return agent.keep_turns(await agent.rollout(model, s, client=client, **play), cfg["turns"], s * 100 + i)
+                return agent.keep_turns(await agent.rollout(model, s, temperature=cfg["rl_temperature"], client=client, **play), cfg["turns"], s * 100 + i)
 
             groups = await art.gather_trajectory_groups(
                 (art.TrajectoryGroup(game(s, i) for i in range(cfg["group_size"])) for s in seeds),

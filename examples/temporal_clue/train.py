@@ -36,11 +36,11 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # fixed before the first measured run, never tuned on the held-out seeds (100_000+); sized for
     # 2 shared CPU cores, where a trained sequence costs ~1-2 s
     "cpu": dict(base_model="smollm2-135m", size=3, sft_puzzles=160, sft_epochs=1, sft_lr=5e-4, sft_batch=4,
-                rl_steps=4, groups=6, group_size=4, rl_lr=1e-4, eval_puzzles=100, device=None),
+                rl_steps=4, groups=6, group_size=4, rl_lr=1e-4, rl_temperature=1.0, eval_puzzles=100, device=None),
     "gpu": dict(base_model="qwen2.5-0.5b", size=4, sft_puzzles=4000, sft_epochs=2, sft_lr=3e-4, sft_batch=8,
-                rl_steps=60, groups=16, group_size=8, rl_lr=1e-4, eval_puzzles=500, device="cuda"),
+                rl_steps=60, groups=16, group_size=8, rl_lr=1e-4, rl_temperature=1.0, eval_puzzles=500, device="cuda"),
     "tiny": dict(base_model="tiny", size=3, sft_puzzles=8, sft_epochs=1, sft_lr=1e-3, sft_batch=4, rl_steps=1,
-                 groups=2, group_size=2, rl_lr=1e-4, eval_puzzles=4, device=None),
+                 groups=2, group_size=2, rl_lr=1e-4, rl_temperature=1.0, eval_puzzles=4, device=None),
 }
 
 
@@ -84,7 +84,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         for step in range(cfg["rl_steps"]):
             seeds = common.rl_seeds(seed, step, cfg["groups"])
             groups = await art.gather_trajectory_groups(
-                (art.TrajectoryGroup(agent.rollout(model, s, size=size, client=client)
+                (art.TrajectoryGroup(agent.rollout(model, s, size=size, temperature=cfg["rl_temperature"], client=client)
                                      for _ in range(cfg["group_size"])) for s in seeds),
                 pbar_desc=f"rl step {step + 1}", max_exceptions=0)
             metrics = art.group_metrics(groups)

@@ -38,11 +38,11 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # CPU cores a trained sequence costs ~1-2 s and an evaluation game a few seconds, so the CPU
     # configuration trains ~250 sequences in all and evaluates 100 games per stage.
     "cpu": dict(base_model="smollm2-135m", sft_games=160, sft_epochs=1, sft_lr=5e-4, sft_batch=4, rl_steps=4,
-                groups=6, group_size=4, rl_lr=1e-4, eval_games=100, minimax_games=50, device=None),
+                groups=6, group_size=4, rl_lr=1e-4, rl_temperature=1.0, eval_games=100, minimax_games=50, device=None),
     "gpu": dict(base_model="qwen2.5-0.5b", sft_games=2000, sft_epochs=2, sft_lr=3e-4, sft_batch=8, rl_steps=40,
-                groups=16, group_size=8, rl_lr=1e-4, eval_games=500, minimax_games=200, device="cuda"),
+                groups=16, group_size=8, rl_lr=1e-4, rl_temperature=1.0, eval_games=500, minimax_games=200, device="cuda"),
     "tiny": dict(base_model="tiny", sft_games=8, sft_epochs=1, sft_lr=1e-3, sft_batch=4, rl_steps=1, groups=2,
-                 group_size=2, rl_lr=1e-4, eval_games=4, minimax_games=2, device=None),
+                 group_size=2, rl_lr=1e-4, rl_temperature=1.0, eval_games=4, minimax_games=2, device=None),
 }
 
 
@@ -93,7 +93,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         for step in range(cfg["rl_steps"]):
             seeds = common.rl_seeds(seed, step, cfg["groups"])
             groups = await art.gather_trajectory_groups(
-                (art.TrajectoryGroup(agent.rollout(model, s, client=client) for _ in range(cfg["group_size"]))
+                (art.TrajectoryGroup(agent.rollout(model, s, temperature=cfg["rl_temperature"], client=client) for _ in range(cfg["group_size"]))
                  for s in seeds), pbar_desc=f"rl step {step + 1}", max_exceptions=0)
             metrics = art.group_metrics(groups)
             result = await model.train(groups, config=common.rl_config(cfg))

@@ -45,3 +45,10 @@ def test_the_results_table_shows_every_stage_and_difference(tmp_path):
     assert lines[0] == "### game cpu-seed0 (m, wall 1.5 min, peak RSS 2.0 GB)"
     assert "| accuracy | 0.500 [0.250, 0.750] | 0.500 [0.250, 0.750] | 0.750 [0.500, 1.000] | +0.250 [+0.000, +0.500] | - |" in lines
     assert any(line.startswith("| vs_random score | ") for line in lines)
+
+
+@pytest.mark.parametrize("name", GAMES)
+def test_rl_temperature_is_a_setting_with_a_flag(name):
+    train = importlib.import_module(f"examples.{name}.train")
+    assert train_common.settings(train.CONFIGS, train.parse_args([]))["rl_temperature"] == 1.0
+    assert train_common.settings(train.CONFIGS, train.parse_args(["--rl-temperature", "0.7"]))["rl_temperature"] == 0.7
