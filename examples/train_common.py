@@ -139,4 +139,5 @@ def parse_args(doc: str | None, configs: dict[str, dict[str, Any]], int_settings
 def setup_logging() -> None:
     """INFO logs with a timestamp, without httpx's line per request."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    for name in ("httpx", "httpx2"):  # openai and langchain-openai may log through httpx2
+        logging.getLogger(name).setLevel(logging.WARNING)
