@@ -9,7 +9,14 @@ Depends on `art_core`, `mcp` (1.x or 2.x: `compat.py` holds the differences) and
 (litellm is imported when tasks are generated).
 """
 
-from .agent import COMPLETE_TASK, COMPLETE_TASK_TOOL, DEFAULT_SYSTEM_PROMPT, request_params, rollout, task_text
+from .agent import (
+    COMPLETE_TASK,
+    COMPLETE_TASK_TOOL,
+    DEFAULT_SYSTEM_PROMPT,
+    request_params,
+    rollout,
+    task_text,
+)
 from .autorl import (
     Task,
     TaskGenerationError,

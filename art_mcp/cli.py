@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import statistics
 import time
 from collections.abc import Awaitable, Callable
@@ -154,6 +155,7 @@ async def run(
     make_scorer: Callable[[argparse.Namespace], Scorer],
 ) -> dict[str, Any]:
     """The whole run for parsed `args`; `make_backend` and `make_scorer` supply the backend and the judge."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # before the import: no cost-map fetch
     import litellm
 
     litellm.suppress_debug_info = True  # its "Provider List" banners would break up the progress output

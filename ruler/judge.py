@@ -65,13 +65,21 @@ class Usage:
             self.cost_usd = (self.cost_usd or 0.0) + cost
 
 
+def import_litellm() -> Any:
+    """litellm, imported with its bundled cost map: without the flag, its import fetches one over the network."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    return litellm
+
+
 def response_cost(response: Any) -> float | None:
     """The call's cost in USD where litellm knows the judge's price, else None."""
     hidden = getattr(response, "_hidden_params", None) or {}
     if "response_cost" in hidden:  # litellm already priced it (None: it has no price)
         cost = hidden["response_cost"]
     else:
-        import litellm
+        litellm = import_litellm()
 
         try:
             cost = litellm.completion_cost(completion_response=response)
@@ -134,7 +142,7 @@ def parse_answer(text: str | None, ids: list[str]) -> dict[str, TrajectoryScore]
 
 
 def transient_errors() -> tuple[type[BaseException], ...]:
-    import litellm
+    litellm = import_litellm()
 
     return (
         litellm.Timeout,
@@ -176,7 +184,7 @@ class Judge:
     def use_structured(self) -> bool:
         if self.structured is not None:
             return self.structured
-        import litellm
+        litellm = import_litellm()
 
         try:
             return bool(litellm.supports_response_schema(model=self.model))
@@ -192,9 +200,8 @@ class Judge:
 
     async def complete(self, messages: list[dict[str, Any]], usage: Usage) -> str | None:
         """One completion with backoff on transient errors; returns the reply's text."""
-        import litellm
+        litellm = import_litellm()
 
-        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
         kwargs: dict[str, Any] = {
             "timeout": self.timeout,
             "num_retries": 0,
