@@ -218,10 +218,15 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
             alive = server.alive()
         finally:
             server.kill()
-    # warm-up: the first sample after --warmup-minutes (the bundled model's allocator settles in ~5), or
-    # for a run shorter than that (CI's tiny soak) the sample after the third step
+    # warm-up: the sample after --warmup-steps steps when given (CI's tiny soak: the tiny model's RSS
+    # climbs for its first ~15 steps), else the first sample after --warmup-minutes (the bundled
+    # model's allocator settles in ~5), else, for a run shorter than that, the sample after step 3
+    warmup_steps = getattr(args, "warmup_steps", None)
     warmup_s = 60 * getattr(args, "warmup_minutes", 5.0)
-    warm_at = next((i for i, s in enumerate(samples) if s["t_s"] >= warmup_s), min(2, len(samples) - 1))
+    if warmup_steps:
+        warm_at = min(warmup_steps, len(samples)) - 1
+    else:
+        warm_at = next((i for i, s in enumerate(samples) if s["t_s"] >= warmup_s), min(2, len(samples) - 1))
     warm, last = samples[warm_at], samples[-1]
     settled = samples[warm_at:]
     half = max(1, len(settled) // 2)
@@ -371,6 +376,8 @@ def main(argv: list[str] | None = None) -> int:
     so.add_argument("--min-steps", type=int, default=4)
     so.add_argument("--rollouts", type=int, default=8)
     so.add_argument("--max-tokens", type=int, default=16)
+    so.add_argument("--warmup-steps", type=int, default=None,
+                    help="measure growth from the sample after this many steps instead (short runs)")
     so.add_argument("--warmup-minutes", type=float, default=5.0,
                     help="growth is measured from the first sample after this (set from an earlier 30-minute run)")
     sub.add_parser("cases")
