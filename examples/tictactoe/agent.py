@@ -45,11 +45,14 @@ def side_for(seed: int) -> str:
     return "X" if random.Random(seed).random() < 0.5 else "O"
 
 
-def prompt(board: game.Board, opponent_move: int | None) -> str:
-    """The turn's user message: the opponent's move, the board, and the free cells."""
-    head = f"Opponent played {game.cell_name(opponent_move)}.\n" if opponent_move is not None else ""
+def prompt(board: game.Board) -> str:
+    """The turn's user message: the board and the free cells.
+
+    It does not name the opponent's last cell: a small model copies it (on the dev split, nearly every
+    illegal move after SFT was the opponent's cell played back).
+    """
     free = ", ".join(game.cell_name(i) for i in game.legal_moves(board))
-    return f"{head}{game.render(board)}\nFree cells: {free}.\nYour move."
+    return f"{game.render(board)}\nFree cells: {free}.\nYour move."
 
 
 async def play_game(choose: Chooser, seed: int, opponent: str = "random") -> tuple[list[dict[str, Any]], dict]:
@@ -63,13 +66,11 @@ async def play_game(choose: Chooser, seed: int, opponent: str = "random") -> tup
     pick = OPPONENTS[opponent]
     board = game.empty_board()
     messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM.format(mark=mark)}]
-    last: int | None = None
     if mark == "O":
-        last = pick(board, "X", rng)
-        board = game.play(board, last, "X")
+        board = game.play(board, pick(board, "X", rng), "X")
     moves = 0
     while True:
-        messages.append({"role": "user", "content": prompt(board, last)})
+        messages.append({"role": "user", "content": prompt(board)})
         reply = await choose(messages, board, mark)
         messages.append({"role": "assistant", "content": reply})
         moves += 1
@@ -81,8 +82,7 @@ async def play_game(choose: Chooser, seed: int, opponent: str = "random") -> tup
         except game.IllegalMove:
             return messages, {"outcome": "illegal", "mark": mark, "moves": moves}
         if game.winner(board) is None:
-            last = pick(board, game.other(mark), rng)
-            board = game.play(board, last, game.other(mark))
+            board = game.play(board, pick(board, game.other(mark), rng), game.other(mark))
         result = game.winner(board)
         if result is not None:
             outcome = "draw" if result == "draw" else ("win" if result == mark else "loss")

@@ -91,7 +91,7 @@ def test_each_turn_lists_exactly_the_free_cells():
         free = m["content"].split("Free cells: ")[1].split(".\n")[0].split(", ")
         assert free == [game.cell_name(j) for j, c in enumerate(cells) if c == "."]
         assert game.cell_name(game.parse_move(msgs[i + 1]["content"])) in free  # the expert's move is one of them
-    assert agent.prompt(board("XOX OXO OX."), 1) == "Opponent played A2.\n" + game.render(board("XOX OXO OX.")) + (
+    assert agent.prompt(board("XOX OXO OX.")) == game.render(board("XOX OXO OX.")) + (
         "\nFree cells: C3.\nYour move.")
 
 
