@@ -202,10 +202,10 @@ def summary(stages: dict[str, art.EvalResult], cfg: dict[str, Any], args: argpar
     out["accuracy"] = common.figures(named, {"accuracy": None})["accuracy"]
     base, final = stages["base"], stages[trained]
     out.update(base_accuracy=base.mean, trained_accuracy=final.mean, eval_tasks=len(base.task_ids))
-    for label, first in (("base", base), ("sft", stages.get("sft"))):
-        if first is not None:
-            c = art.compare(first, final)
-            logger.info("held-out accuracy, %s vs trained:\n%s", label, c.table())
+    for key, diff in out["accuracy"].items():  # the paired differences common.figures computed
+        if key.endswith("_minus_base") or key == "sft_rl_minus_sft":
+            logger.info("held-out accuracy %s: %+.3f [%+.3f, %+.3f], p %.4f", key, diff["diff"], *diff["ci"],
+                        diff["p_value"])
     logger.info("wall %.0f s, peak RSS %d MB", wall, out["peak_rss_mb"])
     return out
 
