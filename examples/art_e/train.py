@@ -200,6 +200,20 @@ def stage_dict(result: Any, mean_reward: float) -> dict[str, Any]:
             "questions": len(result.task_ids)}  # fmt: skip
 
 
+def summarise(out: dict[str, Any], stages: dict[str, Any], wall: float) -> dict[str, Any]:
+    """Put the stages so far, their paired differences, wall time and RSS in `out`; return the comparisons."""
+    out["stages"] = {name: stage_dict(*r) for name, r in stages.items()}
+    names = list(stages)
+    pairs = [(names[0], n) for n in names[1:]] + ([("sft", "rl")] if {"sft", "rl"} <= set(stages) else [])
+    compared = {f"{b}-{a}": art.compare(stages[a][0], stages[b][0]) for a, b in pairs}
+    out["differences"] = {
+        k: {"diff": c.diff, "ci": list(c.ci), "p_value": c.p_value} for k, c in compared.items()
+    }
+    out["wall_s"] = wall
+    out["peak_rss_mb"] = peak_rss_mb()
+    return compared
+
+
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     from art_train import LocalBackend
 
@@ -232,31 +246,29 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     backend = LocalBackend(path=run / "art")
     out: dict[str, Any] = {"config": args.config, "model": cfg.base_model, "settings": asdict(cfg), "seed": args.seed,
                            "train_questions": len(train_q), "heldout_inboxes": [i.id for i in heldout]}  # fmt: skip
+    stages: dict[str, Any] = {}
+    compared: dict[str, Any] = {}
+
+    async def stage(name: str, label: str) -> None:
+        stages[name] = await agent.evaluate(eval_q, label)
+        compared.update(summarise(out, stages, time.perf_counter() - t0))
+        (run / "results.json").write_text(json.dumps(out, indent=2))  # kept if a later stage fails
+
     try:
         await model.register(backend)
         async with InboxServers(db) as servers:
             agent = Agent(model, servers, [*train, *heldout], cfg)
-            stages = {"base": await agent.evaluate(eval_q, "base")}
+            await stage("base", "base")
             if cfg.sft_examples > 0:
                 out["sft"] = await sft_stage(agent, db, train, run, cfg, args.seed)
-                stages["sft"] = await agent.evaluate(eval_q, "after SFT")
+                await stage("sft", "after SFT")
             if cfg.rl_steps > 0:
                 out["rl"] = await rl_stage(agent, train_q, cfg, args.seed, judge)
-                stages["rl"] = await agent.evaluate(eval_q, "after RL")
+                await stage("rl", "after RL")
     finally:
         await backend.close()
-    out["stages"] = {name: stage_dict(*r) for name, r in stages.items()}
-    names = list(stages)
-    out["differences"] = {}
-    for a, b in [(names[0], n) for n in names[1:]] + (
-        [("sft", "rl")] if {"sft", "rl"} <= set(stages) else []
-    ):
-        c = art.compare(stages[a][0], stages[b][0])
-        out["differences"][f"{b}-{a}"] = {"diff": c.diff, "ci": list(c.ci), "p_value": c.p_value}
-        print(f"\n{b} vs {a} (held-out accuracy):\n{c.table()}")  # noqa: T201 - the script's report
-    out["wall_s"] = time.perf_counter() - t0
-    out["peak_rss_mb"] = peak_rss_mb()
-    (run / "results.json").write_text(json.dumps(out, indent=2))
+    for key, c in compared.items():
+        print(f"\n{key.replace('-', ' vs ')} (held-out accuracy):\n{c.table()}")  # noqa: T201 - the script's report
     if args.record:
         record(Path(args.record), "art_e", out)
     print(json.dumps({k: out[k] for k in ("stages", "differences", "wall_s", "peak_rss_mb")}, indent=2))  # noqa: T201

@@ -32,3 +32,22 @@ def test_train_smoke_on_the_tiny_model(tmp_path):
     assert sum(1 for _ in (tmp_path / "teacher.jsonl").open()) >= 15
     val = tmp_path / "art" / "art-e" / "models" / "art-e-tiny-s0" / "trajectories" / "val"
     assert sorted(p.name for p in val.iterdir()) == ["0000.jsonl", "0002.jsonl", "0003.jsonl"]
+
+
+def test_results_hold_every_stage_measured_so_far():
+    """train.py writes results.json after each stage: one stage has no differences; three have all three."""
+    import art_core as art
+    from examples.art_e.train import summarise
+
+    def result(step, rewards):
+        return art.EvalResult(model=f"m@{step}", step=step, task_ids=[f"q{i}" for i in range(len(rewards))],
+                              rewards=[[r] for r in rewards]), 0.0  # fmt: skip
+
+    out: dict = {}
+    stages = {"base": result(0, [0, 0, 0, 1])}
+    assert summarise(out, stages, 1.0) == {} and out["differences"] == {}
+    assert out["stages"]["base"]["accuracy"] == 0.25 and json.dumps(out)  # writable as it stands
+    stages |= {"sft": result(2, [1, 0, 1, 1]), "rl": result(3, [1, 1, 1, 1])}
+    compared = summarise(out, stages, 2.0)
+    assert set(compared) == set(out["differences"]) == {"sft-base", "rl-base", "rl-sft"}
+    assert out["differences"]["rl-base"]["diff"] == 0.75 and out["wall_s"] == 2.0
