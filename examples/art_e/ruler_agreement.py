@@ -149,7 +149,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         from art_train import LocalBackend
 
         backend = LocalBackend(path=run / "art")
-        judge: Any = art.TrainableModel(name="judge", project="art-e-ruler", base_model=args.base_model)
+        # a group of six email trajectories can pass 4,096 tokens; SmolLM2 has 8,192 positions
+        judge: Any = art.TrainableModel(name="judge", project="art-e-ruler", base_model=args.base_model,
+                                        config=art.ModelConfig(max_seq_len=8192))  # fmt: skip
         await judge.register(backend)
         params = None
         label = f"{args.base_model} (served)"
