@@ -2,7 +2,7 @@
 
 The agent plays a side drawn from the game's seed (X moves first) against an opponent that picks a
 random empty cell, or against a perfect (minimax) player. Each turn the user message shows the board
-with each free cell written as its name; the agent answers ``<move>B2</move>``. An unparsable reply or a move to a
+and lists the free cells; the agent answers ``<move>B2</move>``. An unparsable reply or a move to a
 taken cell ends the game.
 
 Reward: 1 win, 0.5 draw, 0 loss, -1 for an illegal or unparsable move.
@@ -24,8 +24,9 @@ except ImportError:
 __all__ = ["ILLEGAL_REWARD", "SYSTEM", "expert_trajectory", "play_game", "prompt", "reward_for", "rollout"]
 
 SYSTEM = (
-    "You play Tic Tac Toe as {mark}. The board shows the marks and names each free cell (row A, B or "
-    "C, column 1, 2 or 3). Reply with one free cell's name in <move></move> tags, nothing else."
+    "You play Tic Tac Toe as {mark}. Cells are a row letter (A, B, C from the top) and a column "
+    "number (1, 2, 3 from the left). Empty cells are '.'. Play one of the free cells. Reply with your "
+    "move only, like <move>B2</move>."
 )
 ILLEGAL_REWARD = -1.0
 OPPONENTS: dict[str, Callable[[game.Board, str, random.Random], int]] = {
@@ -45,14 +46,13 @@ def side_for(seed: int) -> str:
 
 
 def prompt(board: game.Board) -> str:
-    """The turn's user message: the board, each free cell shown by its name.
+    """The turn's user message: the board and the free cells.
 
-    A taken cell's name appears nowhere in it. On the dev split, with the board drawn with '.' for
-    free cells and the free cells listed under it, the SFT model still played O's favourite first
-    reply, B2, when X had opened there (nearly every illegal move).
+    It does not name the opponent's last cell: a small model copies it (on the dev split, nearly every
+    illegal move after SFT was the opponent's cell played back).
     """
-    cells = [game.cell_name(i) if mark == game.EMPTY else mark for i, mark in enumerate(board)]
-    return "\n".join(" ".join(cells[r * 3 : r * 3 + 3]) for r in range(3)) + "\nYour move."
+    free = ", ".join(game.cell_name(i) for i in game.legal_moves(board))
+    return f"{game.render(board)}\nFree cells: {free}.\nYour move."
 
 
 async def play_game(choose: Chooser, seed: int, opponent: str = "random") -> tuple[list[dict[str, Any]], dict]:
