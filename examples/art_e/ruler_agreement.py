@@ -99,24 +99,31 @@ def bootstrap_ci(values: list[float], n: int = 10_000, seed: int = 0) -> tuple[f
     return means[int(0.025 * n)], means[int(0.975 * n) - 1]
 
 
-async def measure(groups: list[art.TrajectoryGroup], judge: Any, litellm_params: dict[str, Any] | None) -> dict[str, Any]:  # fmt: skip
+async def measure(groups: list[art.TrajectoryGroup], judge: Any, litellm_params: dict[str, Any] | None,
+                  on_group: Any = None) -> dict[str, Any]:  # fmt: skip
+    """Score each group with RULER and compare its ranking with the true one; ``on_group(figures)``
+    gets the figures so far after every group (a run stopped early keeps them)."""
     import ruler
 
     stats = ruler.RulerStats()
     taus: list[float] = []
-    for g in groups:
+    out: dict[str, Any] = {}
+    for n, g in enumerate(groups, 1):
         scored = await ruler.score_group(g, judge=judge, litellm_params=litellm_params, swallow_exceptions=True,
                                          stats=stats, max_attempts=2, retry_delay=0.1)  # fmt: skip
-        if scored is None:
-            continue
-        truth = [t.metrics["independent_reward"] for t in scored.trajectories]
-        tau = ruler.kendall_tau(truth, [t.reward for t in scored.trajectories])
-        if tau is not None:
-            taus.append(tau)
-    out: dict[str, Any] = {"groups": len(groups), "scored": len(taus), "dropped": stats.groups_dropped,
-                           "drop_reasons": dict(stats.drop_reasons), "judge_calls": stats.judge_calls}  # fmt: skip
-    if taus:
-        out.update(tau_mean=statistics.fmean(taus), tau_ci=list(bootstrap_ci(taus)), taus=taus)
+        if scored is not None:
+            truth = [t.metrics["independent_reward"] for t in scored.trajectories]
+            tau = ruler.kendall_tau(truth, [t.reward for t in scored.trajectories])
+            if tau is not None:
+                taus.append(tau)
+        out = {"groups": n, "scored": len(taus), "dropped": stats.groups_dropped,
+               "drop_reasons": dict(stats.drop_reasons), "judge_calls": stats.judge_calls}  # fmt: skip
+        if taus:
+            out.update(tau_mean=statistics.fmean(taus), tau_ci=list(bootstrap_ci(taus)), taus=taus)
+        logger.info("group %d/%d: %d scored, %d dropped, tau mean %s", n, len(groups), len(taus),
+                    stats.groups_dropped, f"{out['tau_mean']:.3f}" if taus else "-")  # fmt: skip
+        if on_group is not None:
+            on_group(out)
     return out
 
 
@@ -157,13 +164,18 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         label = f"{args.base_model} (served)"
     else:
         judge, params, label = args.judge, {"api_base": args.judge_api_base, "api_key": "none"}, args.judge
+    partial = run / "ruler_agreement.json"
+
+    def keep(figures: dict[str, Any]) -> None:
+        partial.write_text(json.dumps({**figures, "judge": label, "seed": args.seed, "partial": True}, indent=2))
+
     try:
-        out = await measure(groups, judge, params)
+        out = await measure(groups, judge, params, on_group=keep)
     finally:
         if backend is not None:
             await backend.close()
     out.update(judge=label, seed=args.seed, wall_s=time.perf_counter() - t0, variants=list(VARIANTS))
-    (run / "ruler_agreement.json").write_text(json.dumps(out, indent=2))
+    partial.write_text(json.dumps(out, indent=2))
     if args.record:
         from .train import record
 

@@ -74,9 +74,11 @@ async def test_tau_is_one_for_a_perfect_judge_minus_one_reversed_and_failures_ar
     built, groups, inbox
 ):
     params = lambda s: {"api_base": s.url, "api_key": "x"}  # noqa: E731
+    seen: list[dict] = []
     with ScriptedOpenAI(perfect_judge(inbox)) as server:
-        good = await measure(groups, "openai/judge", params(server))
+        good = await measure(groups, "openai/judge", params(server), on_group=lambda f: seen.append(dict(f)))
     assert good["scored"] == 4 and good["tau_mean"] == pytest.approx(1.0) and good["judge_calls"] == 4
+    assert [f["groups"] for f in seen] == [f["scored"] for f in seen] == [1, 2, 3, 4]  # figures kept after each group
     groups = [g.model_copy(deep=True) for g in built]
     with ScriptedOpenAI(perfect_judge(inbox, reverse=True)) as server:
         bad = await measure(groups, "openai/judge", params(server))
