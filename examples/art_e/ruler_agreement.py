@@ -177,7 +177,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     out.update(judge=label, seed=args.seed, wall_s=time.perf_counter() - t0, variants=list(VARIANTS))
     partial.write_text(json.dumps(out, indent=2))
     if args.record:
-        from .train import record
+        from ..train_common import record
 
         record(
             Path(args.record),

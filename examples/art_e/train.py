@@ -28,6 +28,7 @@ from typing import Any
 
 import art_core as art
 
+from ..train_common import record
 from .inbox import Inbox, Question, dataset, write_db
 from .rollout import InboxServers, rollout
 from .teacher import teach_inboxes
@@ -186,13 +187,6 @@ async def rl_stage(agent: Agent, questions: list[Question], cfg: Config, seed: i
         history.append(row)
         logger.info("rl step %d: %s", result.step, {k: round(v, 3) for k, v in row.items()})
     return {"steps": len(history), "history": history, "wall_s": time.perf_counter() - t0}
-
-
-def record(path: Path, example: str, entry: dict[str, Any]) -> None:
-    """Add or replace this run's entry (keyed by configuration and seed) in the shared results file."""
-    data = json.loads(path.read_text()) if path.exists() else {}
-    data.setdefault(example, {})[f"{entry['config']}-seed{entry['seed']}"] = entry
-    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
 def stage_dict(result: Any, mean_reward: float) -> dict[str, Any]:
