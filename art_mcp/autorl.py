@@ -138,6 +138,17 @@ def _parse(content: str, tool_names: set[str]) -> tuple[list[Task], int]:
     return good, len(batch.tasks) - len(good)
 
 
+def import_litellm() -> Any:
+    """litellm, imported with its bundled cost map: without the flag, its import fetches one over the network.
+
+    (ruler.judge has the same helper; the plugins import only art_core, not each other.)
+    """
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    return litellm
+
+
 async def generate_tasks(
     tools: ToolsLike,
     n: int,
@@ -163,8 +174,7 @@ async def generate_tasks(
     """
     if n < 1:
         raise ValueError(f"n must be at least 1, got {n}")
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network fetch of the cost map
-    import litellm
+    litellm = import_litellm()
 
     specs = _openai_tools(tools)
     names = {s["function"]["name"] for s in specs}

@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import json
 import logging
-import os
 import statistics
 import time
 from collections.abc import Awaitable, Callable
@@ -40,7 +39,7 @@ from art_core import (
 )
 
 from .agent import rollout
-from .autorl import Task, generate_tasks, load_tasks, save_tasks, split_tasks
+from .autorl import Task, generate_tasks, import_litellm, load_tasks, save_tasks, split_tasks
 from .pool import ServerPool
 from .servers import BUNDLED, bundled_server
 from .session import ServerSpec, connect
@@ -155,8 +154,7 @@ async def run(
     make_scorer: Callable[[argparse.Namespace], Scorer],
 ) -> dict[str, Any]:
     """The whole run for parsed `args`; `make_backend` and `make_scorer` supply the backend and the judge."""
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # before the import: no cost-map fetch
-    import litellm
+    litellm = import_litellm()
 
     litellm.suppress_debug_info = True  # its "Provider List" banners would break up the progress output
 
