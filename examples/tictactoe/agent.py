@@ -11,7 +11,7 @@ Reward: 1 win, 0.5 draw, 0 loss, -1 for an illegal or unparsable move.
 from __future__ import annotations
 
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import art_core as art
@@ -21,12 +21,13 @@ try:  # imported as a package (tests) or run as a script from this folder
 except ImportError:
     import game  # type: ignore[no-redef]
 
-__all__ = ["ILLEGAL_REWARD", "SYSTEM", "expert_trajectory", "play_game", "prompt", "reward_for", "rollout"]
+__all__ = ["ILLEGAL_REWARD", "SYSTEM", "balanced_seeds", "expert_trajectory", "opening", "play_game", "prompt",
+           "reward_for", "rollout"]
 
 SYSTEM = (
     "You play Tic Tac Toe as {mark}. Cells are a row letter (A, B, C from the top) and a column "
     "number (1, 2, 3 from the left). Empty cells are '.'. Play one of the free cells. Reply with your "
-    "move only, like <move>B2</move>."
+    "move only, the cell in a move tag: <move>cell</move>."
 )
 ILLEGAL_REWARD = -1.0
 OPPONENTS: dict[str, Callable[[game.Board, str, random.Random], int]] = {
@@ -54,6 +55,35 @@ def prompt(board: game.Board) -> str:
     """
     free = ", ".join(game.cell_name(i) for i in game.legal_moves(board))
     return f"{game.render(board)}\nFree cells: {free}.\nYour move."
+
+
+def opening(seed: int) -> int | None:
+    """The random opponent's first cell in game `seed` when it plays X (None: the agent is X)."""
+    if side_for(seed) == "X":
+        return None
+    return game.random_move(game.empty_board(), random.Random(seed * 7919 + 1))
+
+
+def balanced_seeds(candidates: Iterable[int], count: int, centre_share: float = 1 / 3) -> list[int]:
+    """`count` seeds from `candidates`: half the games as X, half as O, `centre_share` of those O games
+    opening on X's centre (B2).
+
+    Minimax answers every corner opening on B2, so in plain random games B2 is O's first reply in over
+    half the SFT games, and the model learns to play it even when X has taken it: that was nearly every
+    illegal move on the dev games. Showing the centre opening as often as the rest breaks the habit.
+    """
+    quotas = {"X": count - count // 2, "O-centre": round(count // 2 * centre_share)}
+    quotas["O-other"] = count // 2 - quotas["O-centre"]
+    chosen: list[int] = []
+    for seed in candidates:
+        first = opening(seed)
+        kind = "X" if first is None else ("O-centre" if first == 4 else "O-other")
+        if quotas[kind] > 0:
+            quotas[kind] -= 1
+            chosen.append(seed)
+            if len(chosen) == count:
+                return chosen
+    raise ValueError(f"only {len(chosen)} of {count} balanced seeds among the candidates: give more candidates")
 
 
 async def play_game(choose: Chooser, seed: int, opponent: str = "random") -> tuple[list[dict[str, Any]], dict]:

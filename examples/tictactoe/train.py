@@ -87,8 +87,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                         vs_minimax[name].summary())
 
         await stage("base")
-        # SFT warm-up: minimax plays the agent's seat against the random opponent
-        expert = [await agent.expert_trajectory(s) for s in common.sft_seeds(seed, cfg["sft_games"])]
+        # SFT warm-up: minimax plays the agent's seat against the random opponent, on games whose
+        # openings are balanced (agent.balanced_seeds) from the seed's whole SFT band
+        sft_games = agent.balanced_seeds(common.sft_seeds(seed, 10_000), cfg["sft_games"])
+        expert = [await agent.expert_trajectory(s) for s in sft_games]
         await model.train_sft(expert, common.sft_config(cfg))
         await stage("sft")
         for step in range(cfg["rl_steps"]):

@@ -111,3 +111,19 @@ def test_unparsable_or_taken_cell_ends_the_game_with_the_penalty(replies, outcom
 
 def test_rewards():
     assert [agent.reward_for(o) for o in ("win", "draw", "loss", "illegal")] == [1.0, 0.5, 0.0, -1.0]
+
+
+def test_balanced_seeds_show_the_centre_opening_to_a_third_of_the_o_games():
+    from examples import train_common
+
+    band = train_common.sft_seeds(0, 10_000)
+    seeds = agent.balanced_seeds(band, 120)
+    assert len(set(seeds)) == 120 and set(seeds) <= set(band)
+    as_o = [s for s in seeds if agent.side_for(s) == "O"]
+    assert len(as_o) == 60
+    assert sum(agent.opening(s) == 4 for s in as_o) == 20  # B2, 1 in 9 of plain random openings
+    # the opening really is the game's: the expert game as O starts with X on that cell
+    first = asyncio.run(agent.expert_trajectory(as_o[0])).messages()[1]["content"]
+    assert game.render(game.play(game.empty_board(), agent.opening(as_o[0]), "X")) in first
+    with pytest.raises(ValueError, match="more candidates"):
+        agent.balanced_seeds(range(10), 10)
