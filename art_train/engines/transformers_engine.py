@@ -36,7 +36,8 @@ from ..models import (
 from .adapters import BaseWeights, LoraPair, load_lora, probe_logprobs_batch
 from .attention import use_float32_cache_attention
 from .base import ChatRequest, EngineError, SamplingParams
-from .kv import drop_leading, grow_in_place, select_rows
+from .kv import GrowingLayer, drop_leading, grow_in_place, select_rows
+from .prefix import PrefixCache
 from .tool_parsers import get_tool_parser
 
 __all__ = ["TransformersEngine"]
@@ -61,6 +62,8 @@ class _Seq:
     stop_text_at: int | None = None  # where a stop string starts in the decoded text
     error: BaseException | None = None
     parse_error: str | None = None  # why text that looked like a tool call was kept as content
+    cached: int = 0  # prompt tokens whose keys and values came from the prefix cache
+    generation: int = 0  # the prefix cache's generation for this adapter when the sequence started
 
 
 @dataclass
@@ -92,6 +95,7 @@ class TransformersEngine:
         max_batch: int = 64,
         max_models: int = 3,
         max_seq_len: int | None = None,
+        prefix_cache_mb: int = 1024,
     ) -> None:
         self.base_model = str(base_model)
         self.model_config = model_config
@@ -113,7 +117,9 @@ class TransformersEngine:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()  # guards _models and _adapters between the worker and loaders
         self._stopping = False
-        self.stats = {"decode_steps": 0, "max_batch": 0, "prefills": 0}
+        self.stats = {"decode_steps": 0, "max_batch": 0, "prefills": 0, "prefill_tokens": 0, "cached_tokens": 0}
+        # finished sequences' KV, reused by prompts that start with the same tokens (0 turns it off)
+        self.prefix = PrefixCache(prefix_cache_mb << 20) if prefix_cache_mb > 0 else None
         self.cache_dtype: torch.dtype | None = None  # float32 for a half-precision model on CPU
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -161,6 +167,8 @@ class TransformersEngine:
         with self._lock:
             self._adapters[name] = lora
             self._models.pop(name, None)  # re-merge on next use
+        if self.prefix is not None:
+            self.prefix.drop(name)
 
     async def adapter_fingerprint(self, name: str) -> str | None:
         """Fingerprint of the LoRA tensors this engine merges for `name` (the ones it loaded, not the file)."""
@@ -174,6 +182,8 @@ class TransformersEngine:
         with self._lock:
             self._adapters.pop(name, None)
             self._models.pop(name, None)
+        if self.prefix is not None:
+            self.prefix.drop(name)
 
     def _model_for(self, adapter: str | None, busy: set[str | None]) -> Any:
         """The model copy with `adapter` merged in; reuses the least recently used idle copy."""
@@ -383,7 +393,8 @@ class TransformersEngine:
 
     def _usage(self, prompt: list[int], seqs: list[_Seq]) -> dict[str, int]:
         completion = sum(len(s.tokens) for s in seqs)
-        return {"prompt_tokens": len(prompt), "completion_tokens": completion, "total_tokens": len(prompt) + completion}
+        return {"prompt_tokens": len(prompt), "completion_tokens": completion, "total_tokens": len(prompt) + completion,
+                "prompt_tokens_details": {"cached_tokens": max((s.cached for s in seqs), default=0)}}
 
     def _response(self, request: ChatRequest, prompt: list[int], seqs: list[_Seq]) -> dict[str, Any]:
         choices = []
@@ -482,6 +493,17 @@ class TransformersEngine:
 
     def _prefill(self, model: Any, seqs: list[_Seq]) -> _Batch:
         self.stats["prefills"] += 1
+        hits = [(None, 0)] * len(seqs)
+        if self.prefix is not None:
+            for s in seqs:
+                s.generation = self.prefix.generation(s.adapter)
+            hits = [self.prefix.lookup(s.adapter, s.prompt) for s in seqs]
+        for s, (_, n) in zip(seqs, hits, strict=True):
+            s.cached = n
+            self.stats["prefill_tokens"] += len(s.prompt) - n
+            self.stats["cached_tokens"] += n
+        if any(n for _, n in hits):
+            return self._prefill_after_prefix(model, seqs, hits)
         width = max(len(s.prompt) for s in seqs)
         pad = self.tokenizer.pad_token_id or 0
         ids = torch.full((len(seqs), width), pad, dtype=torch.long)
@@ -503,6 +525,56 @@ class TransformersEngine:
                        positions=mask.sum(1).to(dev), last=torch.zeros(len(seqs), dtype=torch.long, device=dev))
         self._sample(batch, out.logits[:, -1])
         return batch
+
+    def _prefill_after_prefix(self, model: Any, seqs: list[_Seq], hits: list[tuple[Any, int]]) -> _Batch:
+        """Prefill only what follows each prompt's cached prefix.
+
+        Row i is laid out [pad, cached prefix, pad, rest of the prompt]: the cached keys and values are
+        left-padded to the longest prefix, the rest to the longest remainder, and the mask and position
+        ids skip both pads, so each row sees exactly its own prompt.
+        """
+        width_p = max(n for _, n in hits)
+        width_s = max(len(s.prompt) - n for s, (_, n) in zip(seqs, hits, strict=True))
+        pad = self.tokenizer.pad_token_id or 0
+        dev = self.torch_device
+        ids = torch.full((len(seqs), width_s), pad, dtype=torch.long)
+        mask = torch.zeros((len(seqs), width_p + width_s), dtype=torch.long)
+        positions = torch.zeros((len(seqs), width_s), dtype=torch.long)
+        sample = next(e for e, n in hits if n)
+        layers = len(sample.keys)
+        keys = [k.new_zeros((len(seqs), k.shape[0], width_p, k.shape[-1])) for k in sample.keys]
+        values = [k.clone() for k in keys]
+        for i, (s, (entry, n)) in enumerate(zip(seqs, hits, strict=True)):
+            rest = s.prompt[n:]
+            ids[i, width_s - len(rest):] = torch.tensor(rest)
+            positions[i, width_s - len(rest):] = torch.arange(n, len(s.prompt))
+            mask[i, width_s + width_p - len(rest):] = 1
+            if n:
+                mask[i, width_p - n:width_p] = 1
+                for layer in range(layers):
+                    keys[layer][i, :, width_p - n:] = entry.keys[layer][:, :n]
+                    values[layer][i, :, width_p - n:] = entry.values[layer][:, :n]
+        cache = DynamicCache()
+        cache.layers = [GrowingLayer(k.to(dev), v.to(dev), self.cache_dtype) for k, v in zip(keys, values, strict=True)]
+        with torch.inference_mode():
+            out = model(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=positions.to(dev),
+                        cache=cache, use_cache=True, logits_to_keep=1)
+        cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+        batch = _Batch(model=model, seqs=list(seqs), cache=cache, mask=mask.to(dev),
+                       positions=torch.tensor([len(s.prompt) for s in seqs], device=dev),
+                       last=torch.zeros(len(seqs), dtype=torch.long, device=dev))
+        self._sample(batch, out.logits[:, -1])
+        return batch
+
+    def _keep_prefix(self, batch: _Batch, row: int, seq: _Seq) -> None:
+        """Store a finished row's keys and values: its prompt and every generated token but the last."""
+        cols = batch.mask[row].bool()
+        tokens = seq.prompt + seq.tokens[:-1]
+        if self.prefix is None or seq.error is not None or int(cols.sum()) != len(tokens):
+            return
+        keys = [layer.keys[row][:, cols].clone() for layer in batch.cache.layers]
+        values = [layer.values[row][:, cols].clone() for layer in batch.cache.layers]
+        self.prefix.store(seq.adapter, seq.generation, tokens, keys, values)
 
     def _decode_step(self, batch: _Batch) -> None:
         self.stats["decode_steps"] += 1
@@ -546,8 +618,9 @@ class TransformersEngine:
         keep = [i for i, s in enumerate(batch.seqs) if s.finish_reason is None]
         if len(keep) == len(batch.seqs):
             return
-        for s in batch.seqs:
+        for i, s in enumerate(batch.seqs):
             if s.finish_reason is not None:
+                self._keep_prefix(batch, i, s)
                 s.emit(s, True)
         if not keep:
             batch.seqs = []
