@@ -35,9 +35,8 @@ logger = logging.getLogger("tictactoe")
 
 CONFIGS: dict[str, dict[str, Any]] = {
     # never tuned on the held-out seeds (100_000+); changes are chosen on the dev split (50_000+). On 2
-    # shared CPU cores a trained game (~300 tokens) costs ~1.7 s and 200 evaluation games ~5.5 minutes:
-    # this configuration took 21 min 20 s on the dev split, over the 20-minute budget. RL samples at
-    # 0.7: at 1.0 a third of the sampled games ended on an illegal move.
+    # CPU cores, with the engine's prefix cache, 200 evaluation games take ~2 minutes and the whole
+    # run ~13 (README). RL samples at 0.7: at 1.0 a third of the sampled games ended on an illegal move.
     "cpu": dict(base_model="smollm2-135m", sft_games=160, sft_epochs=1, sft_lr=5e-4, sft_batch=4, rl_steps=3,
                 groups=6, group_size=4, rl_lr=1e-4, rl_temperature=0.7, eval_games=200, minimax_games=50, device=None),
     "gpu": dict(base_model="qwen2.5-0.5b", sft_games=2000, sft_epochs=2, sft_lr=3e-4, sft_batch=8, rl_steps=40,
