@@ -4,8 +4,9 @@ A worker thread owns the model. Each loop it admits waiting requests (prefilled 
 left-padded), merges their KV cache into the running batch of the same adapter, and decodes one
 token for every running sequence in one forward pass (continuous batching). Finished sequences
 leave the batch at once, their keys and values kept in a prefix cache (`prefix`) so that a later
-prompt starting with the same tokens (a multi-turn agent's next turn) prefills only the rest. Adapters are merged into a copy of the weights (see `adapters`), one
-copy per adapter in use, so serving an adapter costs no more per token than the bare model.
+prompt starting with the same tokens (a multi-turn agent's next turn) prefills only the rest.
+Adapters are merged into a copy of the weights (see `adapters`), one copy per adapter in use, so
+serving an adapter costs no more per token than the bare model.
 """
 
 from __future__ import annotations
