@@ -57,11 +57,16 @@ def prompt(board: game.Board) -> str:
     return f"{game.render(board)}\nFree cells: {free}.\nYour move."
 
 
+def opponent_rng(seed: int) -> random.Random:
+    """The opponent's dice in game `seed` (what `play_game` and `opening` both draw from)."""
+    return random.Random(seed * 7919 + 1)
+
+
 def opening(seed: int) -> int | None:
     """The random opponent's first cell in game `seed` when it plays X (None: the agent is X)."""
     if side_for(seed) == "X":
         return None
-    return game.random_move(game.empty_board(), random.Random(seed * 7919 + 1))
+    return game.random_move(game.empty_board(), opponent_rng(seed))
 
 
 def balanced_seeds(candidates: Iterable[int], count: int, centre_share: float = 1 / 3) -> list[int]:
@@ -92,7 +97,7 @@ async def play_game(choose: Chooser, seed: int, opponent: str = "random") -> tup
     Returns the conversation and the result: outcome ("win", "draw", "loss", "illegal"), the agent's
     mark, and the number of agent moves.
     """
-    rng = random.Random(seed * 7919 + 1)
+    rng = opponent_rng(seed)
     mark = side_for(seed)
     pick = OPPONENTS[opponent]
     board = game.empty_board()
