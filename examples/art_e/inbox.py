@@ -40,6 +40,7 @@ __all__ = [
 AnswerKind = Literal["text", "date", "amount"]
 
 TRAIN_SEEDS = 1000  # train inboxes use seeds 1000, 1001, ...
+DEV_SEEDS = 5000  # dev inboxes (choosing a recipe) use seeds 5000, 5001, ...
 HELDOUT_SEEDS = 9000  # held-out inboxes use seeds 9000, 9001, ...
 YEAR = 2025
 
@@ -486,18 +487,21 @@ def generate_inbox(seed: int, *, noise: int = 230) -> Inbox:
     return Inbox(inbox_id, seed, b.owner, emails, questions)
 
 
-def inbox_seeds(split: Literal["train", "heldout"], n: int) -> list[int]:
-    """Seeds of the first `n` inboxes of a split (the two ranges never meet)."""
-    start = TRAIN_SEEDS if split == "train" else HELDOUT_SEEDS
-    if n > HELDOUT_SEEDS - TRAIN_SEEDS:
-        raise ValueError(f"at most {HELDOUT_SEEDS - TRAIN_SEEDS} inboxes per split, got {n}")
+def inbox_seeds(split: Literal["train", "dev", "heldout"], n: int) -> list[int]:
+    """Seeds of the first `n` inboxes of a split (the three ranges never meet)."""
+    start = {"train": TRAIN_SEEDS, "dev": DEV_SEEDS, "heldout": HELDOUT_SEEDS}[split]
+    if n > DEV_SEEDS - TRAIN_SEEDS:
+        raise ValueError(f"at most {DEV_SEEDS - TRAIN_SEEDS} inboxes per split, got {n}")
     return list(range(start, start + n))
 
 
-def dataset(train_inboxes: int = 8, heldout_inboxes: int = 4) -> tuple[list[Inbox], list[Inbox]]:
-    """Train and held-out inboxes. A held-out question whose text also occurs in train is dropped."""
+def dataset(
+    train_inboxes: int = 8, heldout_inboxes: int = 4, split: Literal["dev", "heldout"] = "heldout"
+) -> tuple[list[Inbox], list[Inbox]]:
+    """Train and evaluation inboxes (`split`: "heldout", or "dev" to choose a recipe on). An
+    evaluation question whose text also occurs in train is dropped."""
     train = [generate_inbox(s) for s in inbox_seeds("train", train_inboxes)]
-    heldout = [generate_inbox(s) for s in inbox_seeds("heldout", heldout_inboxes)]
+    heldout = [generate_inbox(s) for s in inbox_seeds(split, heldout_inboxes)]
     seen = {q.question for inbox in train for q in inbox.questions}
     for inbox in heldout:
         inbox.questions = [q for q in inbox.questions if q.question not in seen]

@@ -221,7 +221,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         from art_train.models import build_tiny_model
 
         base_model = str(build_tiny_model(run / "tiny-model"))
-    train, heldout = dataset(cfg.train_inboxes, cfg.heldout_inboxes)
+    train, heldout = dataset(cfg.train_inboxes, cfg.heldout_inboxes, split=args.split)
     db = run / "inboxes.sqlite"
     db.unlink(missing_ok=True)
     write_db([*train, *heldout], db)
@@ -238,7 +238,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                                config=art.ModelConfig(lora_rank=cfg.lora_rank, lora_alpha=2 * cfg.lora_rank,
                                                       max_seq_len=cfg.max_seq_len, seed=args.seed))  # fmt: skip
     backend = LocalBackend(path=run / "art")
-    out: dict[str, Any] = {"config": args.config, "model": cfg.base_model, "settings": asdict(cfg), "seed": args.seed,
+    out: dict[str, Any] = {"config": args.config, "split": args.split, "model": cfg.base_model, "settings": asdict(cfg), "seed": args.seed,
                            "train_questions": len(train_q), "heldout_inboxes": [i.id for i in heldout]}  # fmt: skip
     stages: dict[str, Any] = {}
     compared: dict[str, Any] = {}
@@ -273,6 +273,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", choices=sorted(CONFIGS), default="cpu")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--split", choices=["heldout", "dev"], default="heldout",
+                   help="evaluate on held-out inboxes (9000+) or dev ones (5000+), where recipes are chosen")  # fmt: skip
     p.add_argument("--output", help="run folder (default: a new temporary folder)")
     p.add_argument(
         "--record", help="add the run's figures to this JSON file (benchmarks/results/examples.json)"

@@ -79,7 +79,11 @@ def test_facts_are_spread_over_several_messages(splits):
 
 def test_splits_share_no_inbox_and_no_question(splits):
     train, heldout = splits
-    assert set(inbox_seeds("train", 8)).isdisjoint(inbox_seeds("heldout", 4))
+    seeds = {split: set(inbox_seeds(split, 4000)) for split in ("train", "dev", "heldout")}
+    assert seeds["train"].isdisjoint(seeds["dev"]) and seeds["dev"].isdisjoint(seeds["heldout"])
+    assert seeds["train"].isdisjoint(seeds["heldout"])
+    with pytest.raises(ValueError, match="at most 4000"):
+        inbox_seeds("dev", 4001)
     assert {i.id for i in train}.isdisjoint({i.id for i in heldout})
     train_q = [q for i in train for q in i.questions]
     held_q = [q for i in heldout for q in i.questions]
