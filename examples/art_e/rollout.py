@@ -84,9 +84,10 @@ def system_prompt(owner: str) -> str:
 
 
 def server_params(db: str | Path, inbox_id: str) -> StdioServerParameters:
-    """Spawn parameters for the server over one inbox (run by path: it imports only mcp)."""
+    """Spawn parameters for the server over one inbox (run by path: it imports only mcp; the
+    database path is made absolute, as the server need not start in this working directory)."""
     return StdioServerParameters(
-        command=sys.executable, args=[str(SERVER), "--db", str(db), "--inbox", inbox_id]
+        command=sys.executable, args=[str(SERVER), "--db", str(Path(db).resolve()), "--inbox", inbox_id]
     )
 
 

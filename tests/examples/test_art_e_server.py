@@ -162,3 +162,10 @@ def test_dataset_questions_all_name_sources_in_their_own_inbox():
     for inbox in [*train, *heldout]:
         ids = {e.id for e in inbox.emails}
         assert all(set(q.sources) <= ids and q.inbox_id == inbox.id for q in inbox.questions)
+
+
+def test_server_params_make_the_database_path_absolute(tmp_path, monkeypatch):
+    # the server process need not start in the caller's working directory (a relative --output broke)
+    monkeypatch.chdir(tmp_path)
+    args = server_params("run/inboxes.sqlite", "inbox-1").args
+    assert args[args.index("--db") + 1] == str(tmp_path / "run" / "inboxes.sqlite")
