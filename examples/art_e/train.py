@@ -51,6 +51,7 @@ class Config:
     questions_per_step: int = 4
     group_size: int = 4
     rl_lr: float = 1e-4
+    rl_temperature: float = 1.0  # sampling temperature of the RL rollouts
     max_turns: int = 6
     max_tokens: int = 80
     max_seq_len: int = 2048
@@ -174,7 +175,7 @@ async def rl_stage(agent: Agent, questions: list[Question], cfg: Config, seed: i
     )
     for batch, _ in zip(batches, range(cfg.rl_steps), strict=False):
         groups = await art.gather_trajectory_groups(
-            (art.TrajectoryGroup(agent.rollout(agent.model, q, temperature=1.0) for _ in range(cfg.group_size))
+            (art.TrajectoryGroup(agent.rollout(agent.model, q, temperature=cfg.rl_temperature) for _ in range(cfg.group_size))
              for q in batch.items),
             after_each=after_each, max_exceptions=0.25, show_progress=False,
         )  # fmt: skip
