@@ -100,7 +100,7 @@ def bootstrap_ci(values: list[float], n: int = 10_000, seed: int = 0) -> tuple[f
 
 
 async def measure(groups: list[art.TrajectoryGroup], judge: Any, litellm_params: dict[str, Any] | None,
-                  on_group: Any = None) -> dict[str, Any]:  # fmt: skip
+                  on_group: Any = None, timeout: float = 120.0) -> dict[str, Any]:  # fmt: skip
     """Score each group with RULER and compare its ranking with the true one; ``on_group(figures)``
     gets the figures so far after every group (a run stopped early keeps them)."""
     import ruler
@@ -110,7 +110,7 @@ async def measure(groups: list[art.TrajectoryGroup], judge: Any, litellm_params:
     out: dict[str, Any] = {}
     for n, g in enumerate(groups, 1):
         scored = await ruler.score_group(g, judge=judge, litellm_params=litellm_params, swallow_exceptions=True,
-                                         stats=stats, max_attempts=2, retry_delay=0.1)  # fmt: skip
+                                         stats=stats, max_attempts=2, retry_delay=0.1, timeout=timeout)  # fmt: skip
         if scored is not None:
             truth = [t.metrics["independent_reward"] for t in scored.trajectories]
             tau = ruler.kendall_tau(truth, [t.reward for t in scored.trajectories])
@@ -160,21 +160,24 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         judge: Any = art.TrainableModel(name="judge", project="art-e-ruler", base_model=args.base_model,
                                         config=art.ModelConfig(max_seq_len=8192))  # fmt: skip
         await judge.register(backend)
-        params = None
+        params: dict[str, Any] = {}
         label = f"{args.base_model} (served)"
     else:
         judge, params, label = args.judge, {"api_base": args.judge_api_base, "api_key": "none"}, args.judge
+    if args.judge_max_tokens:  # a small judge that never closes its JSON would run to its context's end
+        params["max_tokens"] = args.judge_max_tokens
     partial = run / "ruler_agreement.json"
 
     def keep(figures: dict[str, Any]) -> None:
         partial.write_text(json.dumps({**figures, "judge": label, "seed": args.seed, "partial": True}, indent=2))
 
     try:
-        out = await measure(groups, judge, params, on_group=keep)
+        out = await measure(groups, judge, params, on_group=keep, timeout=args.judge_timeout)
     finally:
         if backend is not None:
             await backend.close()
-    out.update(judge=label, seed=args.seed, wall_s=time.perf_counter() - t0, variants=list(VARIANTS))
+    out.update(judge=label, seed=args.seed, wall_s=time.perf_counter() - t0, variants=list(VARIANTS),
+               judge_max_tokens=args.judge_max_tokens, judge_timeout=args.judge_timeout)  # fmt: skip
     partial.write_text(json.dumps(out, indent=2))
     if args.record:
         from ..train_common import record
@@ -194,7 +197,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--judge", default="self", help="'self' (serve --base-model as the judge) or a litellm model"
     )
     p.add_argument("--judge-api-base", help="the judge's OpenAI-compatible base URL")
-    p.add_argument("--base-model", default="smollm2-135m")
+    p.add_argument("--base-model", default="smollm2-135m", help="the served judge with --judge self")
+    p.add_argument("--judge-max-tokens", type=int, default=512, help="cap on the judge's reply (0: none)")
+    p.add_argument("--judge-timeout", type=float, default=120.0, help="seconds per judge call")
     p.add_argument("--groups", type=int, default=24)
     p.add_argument("--inboxes", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
