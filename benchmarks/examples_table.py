@@ -31,11 +31,16 @@ def tables(entry: dict[str, Any]) -> dict[str, dict[str, Any]]:
     for group, value in entry.items():
         if not isinstance(value, dict):
             continue
-        if "base" in value:
+        if _is_row(value):
             out.setdefault("", {})[group] = value
-        elif value and all(isinstance(v, dict) and "base" in v for v in value.values()):
+        elif value and all(isinstance(v, dict) and _is_row(v) for v in value.values()):
             out[group] = value
     return out
+
+
+def _is_row(value: dict[str, Any]) -> bool:
+    """A metric's row: stages keyed by name, each with a mean (other blocks, like ART-E's `stages`, are not)."""
+    return isinstance(value.get("base"), dict) and "mean" in value["base"]
 
 
 def markdown(example: str, run: str, entry: dict[str, Any]) -> str:

@@ -28,7 +28,7 @@ from typing import Any
 
 import art_core as art
 
-from ..train_common import record
+from ..train_common import figures, record
 from .inbox import Inbox, Question, dataset, write_db
 from .rollout import InboxServers, rollout
 from .teacher import teach_inboxes
@@ -204,6 +204,8 @@ def summarise(out: dict[str, Any], stages: dict[str, Any], wall: float) -> dict[
     out["differences"] = {
         k: {"diff": c.diff, "ci": list(c.ci), "p_value": c.p_value} for k, c in compared.items()
     }
+    # the same figures in the shape every example records (benchmarks/examples_table.py reads it)
+    out.update(figures({{"rl": "sft_rl"}.get(n, n): stages[n][0] for n in names}, {"accuracy": None}))
     out["wall_s"] = wall
     out["peak_rss_mb"] = peak_rss_mb()
     return compared

@@ -51,3 +51,7 @@ def test_results_hold_every_stage_measured_so_far():
     compared = summarise(out, stages, 2.0)
     assert set(compared) == set(out["differences"]) == {"sft-base", "rl-base", "rl-sft"}
     assert out["differences"]["rl-base"]["diff"] == 0.75 and out["wall_s"] == 2.0
+    # the shape every example records (benchmarks/examples_table.py): the RL stage is "sft_rl" there
+    acc = out["accuracy"]
+    assert acc["sft_rl"]["mean"] == 1.0 and acc["sft_rl_minus_base"]["diff"] == 0.75
+    assert acc["sft_rl_minus_sft"]["diff"] == out["differences"]["rl-sft"]["diff"] == 0.25

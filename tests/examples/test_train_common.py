@@ -35,7 +35,10 @@ def test_the_results_table_shows_every_stage_and_difference(tmp_path):
     cell = {"mean": 0.5, "ci": [0.25, 0.75]}
     row = {"base": cell, "sft": cell, "sft_rl": {"mean": 0.75, "ci": [0.5, 1.0]},
            "sft_rl_minus_base": {"diff": 0.25, "ci": [0.0, 0.5], "p_value": 0.1}}  # fmt: skip
-    entry = {"model": "m", "wall_s": 90.0, "peak_rss_mb": 2048, "vs_random": {"score": row}, "accuracy": row}
+    # a block of per-stage dicts without means (ART-E's `stages`) is not a metric and must not break the table
+    stages = {"base": {"accuracy": 0.5, "ci": [0.25, 0.75]}, "sft": {"accuracy": 0.5, "ci": [0.25, 0.75]}}
+    entry = {"model": "m", "wall_s": 90.0, "peak_rss_mb": 2048, "vs_random": {"score": row}, "accuracy": row,
+             "stages": stages}  # fmt: skip
     results = tmp_path / "examples.json"
     results.write_text(json.dumps({"game": {"cpu-seed0": entry}}))
     out = io.StringIO()
@@ -45,6 +48,7 @@ def test_the_results_table_shows_every_stage_and_difference(tmp_path):
     assert lines[0] == "### game cpu-seed0 (m, wall 1.5 min, peak RSS 2.0 GB)"
     assert "| accuracy | 0.500 [0.250, 0.750] | 0.500 [0.250, 0.750] | 0.750 [0.500, 1.000] | +0.250 [+0.000, +0.500] | - |" in lines
     assert any(line.startswith("| vs_random score | ") for line in lines)
+    assert not any("stages" in line for line in lines)
 
 
 @pytest.mark.parametrize("name", GAMES)
