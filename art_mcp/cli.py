@@ -8,8 +8,12 @@ relative call -> report both, and write ``report.json``.
 
 This module imports only `art_core` (and this package). What it runs against is handed in by
 its caller: `make_backend(args)` builds the backend (the bundled `LocalBackend`, or a `RemoteBackend`
-for ``--backend URL``) and `make_scorer(args)` the group scorer (RULER with ``--judge``). The `art`
-command (`art_train.cli`) composes them; a program of your own can pass its own.
+for ``--backend URL``) and `make_scorer(args, judge)` the group scorer (RULER with ``--judge``). The
+`art` command (`art_train.cli`) composes them; a program of your own can pass its own.
+
+``--generator self`` and ``--judge self`` need no API: the base model itself, registered on the same
+backend as a second `TrainableModel` (``<name>-base``, same config, never trained), writes the tasks
+and/or judges. `make_scorer` then gets that `Model` as its judge instead of a litellm name.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from rich.table import Table
 
 from art_core import (
     Backend,
+    Model,
     ModelConfig,
     TrainableModel,
     TrainConfig,
@@ -39,7 +44,15 @@ from art_core import (
 )
 
 from .agent import rollout
-from .autorl import Task, generate_tasks, import_litellm, load_tasks, save_tasks, split_tasks
+from .autorl import (
+    Task,
+    TaskGenerationError,
+    generate_tasks,
+    import_litellm,
+    load_tasks,
+    save_tasks,
+    split_tasks,
+)
 from .pool import ServerPool
 from .servers import BUNDLED, bundled_server
 from .session import ServerSpec, connect
@@ -48,6 +61,12 @@ console = Console(stderr=True)
 logger = logging.getLogger(__name__)
 
 Scorer = Callable[[TrajectoryGroup], Awaitable[TrajectoryGroup | None]]  # None: the group is dropped
+# make_scorer(args, judge): judge is the --judge litellm name, or the served base model for --judge self
+MakeScorer = Callable[[argparse.Namespace, str | Model], Scorer]
+
+SELF = "self"  # --generator / --judge value: the base model, served untrained by the run's backend
+# reply caps for a served base model: a small one that never closes its JSON would run to its context's end
+SELF_MAX_TOKENS = {"generator": 2048, "judge": 1024}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,14 +81,35 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"server: a command line, an http(s):// URL, or bundled:NAME ({', '.join(BUNDLED)})",
     )
     p.add_argument(
-        "--generator", required=True, help="litellm model that writes the tasks, e.g. openai/gpt-4.1"
+        "--generator",
+        required=True,
+        help="litellm model that writes the tasks, e.g. openai/gpt-4.1; or 'self': --base-model itself, "
+        "served untrained by the run's backend as <name>-base (no API needed; a small model rarely "
+        "writes valid tasks, see --tasks)",
     )
-    p.add_argument("--judge", required=True, help="litellm model that scores groups (RULER)")
+    p.add_argument(
+        "--judge",
+        required=True,
+        help="litellm model that scores groups (RULER); or 'self': --base-model itself, served untrained "
+        "by the run's backend as <name>-base (no API needed; a group the judge cannot score is dropped "
+        "and counted in the report)",
+    )
     p.add_argument("--base-model", required=True, help="model to train: HF id, local folder or smollm2-135m")
     p.add_argument("--generator-api-base", help="api_base for the generator (an OpenAI-compatible URL)")
     p.add_argument("--generator-api-key", help="api_key for the generator")
+    p.add_argument(
+        "--generator-max-tokens",
+        type=int,
+        help=f"cap on each generator reply (default: {SELF_MAX_TOKENS['generator']} with --generator self, "
+        "else none)",
+    )
     p.add_argument("--judge-api-base", help="api_base for the judge")
     p.add_argument("--judge-api-key", help="api_key for the judge")
+    p.add_argument(
+        "--judge-max-tokens",
+        type=int,
+        help=f"cap on each judge reply (default: {SELF_MAX_TOKENS['judge']} with --judge self, else none)",
+    )
     p.add_argument("--backend", help="URL of an `art serve` backend (default: LocalBackend in this process)")
     p.add_argument("--backend-api-key", help="API key of that backend")
     p.add_argument("--tasks", help="JSONL of tasks to use instead of generating them")
@@ -93,7 +133,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=8, help="rollouts at once")
     p.add_argument("--chat-template", help="chat template for the base model (text or a TRL template name)")
     p.add_argument(
-        "--max-seq-len", type=int, default=4096, help="longest sequence served or trained (default 4096)"
+        "--max-seq-len",
+        type=int,
+        default=4096,
+        help="longest sequence served or trained (default 4096); with 'self' it bounds the judge's group "
+        "prompt too (smollm2-135m takes 8192)",
     )
     p.add_argument(
         "--gradient-checkpointing",
@@ -110,6 +154,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     return p
+
+
+def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Reject option combinations that cannot work (argparse's exit 2) and fill the 'self' reply caps."""
+    for role in ("generator", "judge"):
+        cap = getattr(args, f"{role}_max_tokens")
+        if cap is not None and cap < 1:
+            parser.error(f"--{role}-max-tokens must be at least 1, got {cap}")
+        if getattr(args, role) != SELF:
+            continue
+        for opt in ("api_base", "api_key"):
+            if getattr(args, f"{role}_{opt}"):
+                parser.error(
+                    f"--{role}-{opt.replace('_', '-')} is for a litellm {role}; with --{role} self the "
+                    "backend serves --base-model itself (drop the option, or name a litellm model)"
+                )
+        if cap is None:
+            cap = min(SELF_MAX_TOKENS[role], args.max_seq_len // 2)
+            setattr(args, f"{role}_max_tokens", cap)
+        if cap >= args.max_seq_len:
+            parser.error(
+                f"--{role}-max-tokens {cap} leaves no room for the prompt within --max-seq-len "
+                f"{args.max_seq_len} (the served {role} shares it); lower the cap or raise --max-seq-len"
+            )
 
 
 def server_spec(text: str) -> ServerSpec:
@@ -147,13 +215,52 @@ async def _rollouts(
     )
 
 
+async def _tasks(args: argparse.Namespace, spec: ServerSpec, base: TrainableModel | None) -> list[Task]:
+    """The run's tasks: loaded from ``--tasks``, or written by the generator from the server's tools."""
+    if args.tasks:
+        tasks = load_tasks(args.tasks)
+        console.print(f"[bold]tasks[/bold]: loaded {len(tasks)} from {args.tasks}")
+        return tasks
+    generator, params = args.generator, _params(args.generator_api_base, args.generator_api_key)
+    label = generator
+    if args.generator == SELF:
+        assert base is not None
+        params = base.litellm_params()
+        generator = params.pop("model")
+        label = f"{args.base_model} (--generator self, served as {base.name})"
+    if args.generator_max_tokens:
+        params["max_tokens"] = args.generator_max_tokens
+    console.print(f"[bold]tasks[/bold]: asking {label} for {args.num_tasks} tasks")
+    async with connect(spec) as session:
+        console.print(f"  {session.label}: tools {', '.join(session.tool_names())}")
+        try:
+            return await generate_tasks(
+                session,
+                args.num_tasks,
+                generator=generator,
+                instructions=args.instructions,
+                litellm_params=params,
+            )
+        except TaskGenerationError as exc:
+            if args.generator != SELF:
+                raise
+            raise TaskGenerationError(
+                f"--generator self: {args.base_model}, served untrained, produced no valid tasks ({exc}). "
+                "A small base model rarely writes the task JSON: pass --tasks FILE.jsonl or a stronger --generator"
+            ) from None
+
+
 async def run(
     args: argparse.Namespace,
     *,
     make_backend: Callable[[argparse.Namespace], Backend],
-    make_scorer: Callable[[argparse.Namespace], Scorer],
+    make_scorer: MakeScorer,
 ) -> dict[str, Any]:
-    """The whole run for parsed `args`; `make_backend` and `make_scorer` supply the backend and the judge."""
+    """The whole run for parsed `args`; `make_backend` and `make_scorer` supply the backend and the judge.
+
+    `make_scorer(args, judge)` gets ``args.judge``, or with ``--judge self`` the served base model (a
+    registered `TrainableModel` that is never trained) to judge with.
+    """
     litellm = import_litellm()
 
     litellm.suppress_debug_info = True  # its "Provider List" banners would break up the progress output
@@ -163,39 +270,55 @@ async def run(
     spec = server_spec(args.mcp)
     t0 = time.time()
 
-    # 1. tasks
-    if args.tasks:
-        tasks = load_tasks(args.tasks)
-        console.print(f"[bold]tasks[/bold]: loaded {len(tasks)} from {args.tasks}")
-    else:
-        console.print(f"[bold]tasks[/bold]: asking {args.generator} for {args.num_tasks} tasks")
-        async with connect(spec) as session:
-            console.print(f"  {session.label}: tools {', '.join(session.tool_names())}")
-            tasks = await generate_tasks(
-                session,
-                args.num_tasks,
-                generator=args.generator,
-                instructions=args.instructions,
-                litellm_params=_params(args.generator_api_base, args.generator_api_key),
-            )
-    train, val = split_tasks(tasks, val_fraction=args.val_fraction, seed=args.seed)
-    save_tasks(out / "tasks.train.jsonl", train)
-    save_tasks(out / "tasks.val.jsonl", val)
-    console.print(f"  {len(train)} training and {len(val)} held-out tasks written to {out}")
-
-    # 2. model and backend
-    backend = make_backend(args)
+    backend = make_backend(args)  # nothing starts until a model registers
     config = ModelConfig(
         chat_template=args.chat_template,
         max_seq_len=args.max_seq_len,
         gradient_checkpointing=args.gradient_checkpointing,
     )
     model = TrainableModel(name=args.name, project=args.project, base_model=args.base_model, config=config)
-    console.print(f"[bold]model[/bold]: registering {args.name} on {args.base_model}")
+    # 'self': the base model served next to the agent; the same config, so both share one engine
+    roles = [
+        r
+        for r in ("generator", "judge")
+        if getattr(args, r) == SELF and not (r == "generator" and args.tasks)
+    ]
+    base = None
+    if roles:
+        base = TrainableModel(
+            name=f"{args.name}-base",
+            project=args.project,
+            base_model=args.base_model,
+            config=config,
+            report_to=[],
+        )
+    judge: str | Model = args.judge
+    judge_label = args.judge
+    if base is not None and args.judge == SELF:
+        judge, judge_label = base, f"{args.base_model} (--judge self, served as {base.name})"
+    scorer = make_scorer(args, judge)
+    judged = {"groups_scored": 0, "groups_dropped": 0}
 
-    score = make_scorer(args)
+    async def score(group: TrajectoryGroup) -> TrajectoryGroup | None:
+        result = await scorer(group)
+        judged["groups_dropped" if result is None else "groups_scored"] += 1
+        return result
 
     try:
+        if base is not None:
+            console.print(
+                f"[bold]self[/bold]: serving {args.base_model} untrained as {base.name} ({' and '.join(roles)})"
+            )
+            await base.register(backend)
+        # 1. tasks
+        tasks = await _tasks(args, spec, base)
+        train, val = split_tasks(tasks, val_fraction=args.val_fraction, seed=args.seed)
+        save_tasks(out / "tasks.train.jsonl", train)
+        save_tasks(out / "tasks.val.jsonl", val)
+        console.print(f"  {len(train)} training and {len(val)} held-out tasks written to {out}")
+
+        # 2. the model
+        console.print(f"[bold]model[/bold]: registering {args.name} on {args.base_model}")
         await model.register(backend)
         async with ServerPool(spec, isolation=args.isolation, max_processes=args.max_processes) as pool:
             # 3. held-out rollouts before training
@@ -234,6 +357,7 @@ async def run(
             "history": history,
             "step": final_step,
             "tasks": {"train": len(train), "val": len(val)},
+            "judge": {"model": judge_label, **judged},
             "seconds": round(time.time() - t0, 1),
             "output": str(out),
         }
@@ -280,6 +404,13 @@ def _print_report(report: dict[str, Any]) -> None:
     for label, key in (("RULER score (judged together)", "val_ruler"), ("finished the task", "val_finished")):
         table.add_row(label, str(report[f"{key}_before"]), str(report[f"{key}_after"]))
     console.print(table)
+    judge = report["judge"]
+    if judge["groups_dropped"]:
+        total = judge["groups_dropped"] + judge["groups_scored"]
+        console.print(
+            f"[yellow]the judge ({judge['model']}) could not score {judge['groups_dropped']} of {total} groups; "
+            "they were dropped (the log says why)[/yellow]"
+        )
     console.print(f"step {report['step']}, {report['seconds']} s; report: {report['output']}/report.json")
 
 
@@ -287,10 +418,12 @@ def autorl_main(
     argv: list[str] | None = None,
     *,
     make_backend: Callable[[argparse.Namespace], Backend],
-    make_scorer: Callable[[argparse.Namespace], Scorer],
+    make_scorer: MakeScorer,
 ) -> int:
     """Parse `argv`, run, print the report; the exit status. ``art autorl`` calls it (see `art_train.cli`)."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_args(parser, args)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -307,4 +440,4 @@ def autorl_main(
     return 0
 
 
-__all__ = ["Scorer", "autorl_main", "build_parser", "run", "server_spec"]
+__all__ = ["SELF", "MakeScorer", "Scorer", "autorl_main", "build_parser", "check_args", "run", "server_spec"]

@@ -107,7 +107,8 @@ def autorl(argv: list[str]) -> int:
 
     The plugins import only art_core, so this is where they meet the bundled backend: art_mcp's CLI
     gets the backend (`LocalBackend`, or `RemoteBackend` for ``--backend URL``) and the scorer (RULER)
-    from these two functions.
+    from these two functions. With ``--judge self`` art_mcp registers the base model on that backend
+    and hands the scorer the registered `Model`, which RULER reaches through its served endpoint.
     """
     from art_mcp.cli import autorl_main  # plugins are imported only when their command runs
 
@@ -126,13 +127,15 @@ def _autorl_backend(args: argparse.Namespace) -> Any:
     return LocalBackend(path=Path(args.output) / ".art")
 
 
-def _ruler_scorer(args: argparse.Namespace) -> Any:
+def _ruler_scorer(args: argparse.Namespace, judge: Any) -> Any:
+    """RULER with `judge`: the --judge litellm name, or (--judge self) the served base model's `Model`."""
     import ruler
 
-    params = {k: v for k, v in {"api_base": args.judge_api_base, "api_key": args.judge_api_key}.items() if v}
+    given = {"api_base": args.judge_api_base, "api_key": args.judge_api_key, "max_tokens": args.judge_max_tokens}
+    params = {k: v for k, v in given.items() if v}
 
     async def score(group: Any) -> Any:
-        return await ruler.score_group(group, judge=args.judge, litellm_params=params, swallow_exceptions=True)
+        return await ruler.score_group(group, judge=judge, litellm_params=params, swallow_exceptions=True)
 
     return score
 

@@ -12,6 +12,18 @@ from tests.support.scripted_openai import ScriptedOpenAI
 
 BLOCK = re.compile(r'<trajectory id="(\d+)">\n(.*?)\n</trajectory>', re.S)
 
+NOTES_TASKS = [
+    ("Save a note titled dentist with body Friday at 3pm", 1, ["add_note"]),
+    ("Search my notes for milk and tell me which note mentions it", 2, ["search_notes"]),
+    ("List the notes tagged work and delete the oldest one", 4, ["list_notes", "delete_note"]),
+    ("Change the body of note 1 to say the meeting moved to noon", 3, ["update_note"]),
+]
+SMALL_RUN = [
+    "--mcp", "bundled:notes", "--num-tasks", "4", "--val-fraction", "0.25", "--steps", "1",
+    "--tasks-per-step", "2", "--group-size", "2", "--eval-rollouts", "2", "--max-turns", "2",
+    "--max-tokens", "12", "--learning-rate", "1e-3", "--name", "notes-agent",
+]  # fmt: skip
+
 
 def _judge(body: dict) -> dict:
     """Score each trajectory the judge is shown by its length, so groups have different rewards."""
@@ -29,12 +41,7 @@ def test_autorl_runs_end_to_end(tmp_path):
     from art_train.models import build_tiny_model
 
     tiny = build_tiny_model(tmp_path / "tiny")
-    tasks = [
-        ("Save a note titled dentist with body Friday at 3pm", 1, ["add_note"]),
-        ("Search my notes for milk and tell me which note mentions it", 2, ["search_notes"]),
-        ("List the notes tagged work and delete the oldest one", 4, ["list_notes", "delete_note"]),
-        ("Change the body of note 1 to say the meeting moved to noon", 3, ["update_note"]),
-    ]
+    tasks = NOTES_TASKS
     generated = {
         "content": json.dumps({"tasks": [{"task": t, "difficulty": d, "tools": x} for t, d, x in tasks]})
     }
@@ -72,6 +79,84 @@ def test_autorl_runs_end_to_end(tmp_path):
     # the agent's rollouts reached the real server: its tools were offered to the model
     first = json.loads(logged[0])["trajectories"][0]
     assert {"add_note", "complete_task"} <= {t["function"]["name"] for t in first["tools"]}
+
+
+@pytest.mark.slow
+def test_autorl_judge_self_asks_the_served_base_model(tmp_path, caplog):
+    """--judge self: RULER asks the base model served by the run's backend. The tiny random model cannot
+    answer in JSON, so every group is dropped and counted, and the run still finishes with a report."""
+    from art_train.models import build_tiny_model
+
+    tiny = build_tiny_model(tmp_path / "tiny")
+    generated = {
+        "content": json.dumps(
+            {"tasks": [{"task": t, "difficulty": d, "tools": x} for t, d, x in NOTES_TASKS]}
+        )
+    }
+    out = tmp_path / "run"
+    with ScriptedOpenAI(generated) as gen:
+        rc = autorl_main([
+            *SMALL_RUN, "--base-model", str(tiny), "--output", str(out),
+            "--generator", "openai/writer", "--generator-api-base", gen.url, "--generator-api-key", "x",
+            "--judge", "self", "--judge-max-tokens", "16",
+        ])  # fmt: skip
+    assert rc == 0
+    assert len(gen.requests) == 1
+    # the served base model was asked and replied (with text that is no score list), once more when
+    # told what was wrong, for each of the three groups: two training groups and one before/after group
+    wrong = [r.getMessage() for r in caplog.records if "gave a wrong answer" in r.getMessage()]
+    assert len(wrong) == 3 and all("openai/notes-agent-base" in m for m in wrong), wrong
+    dropped = [r.getMessage() for r in caplog.records if "dropping the group" in r.getMessage()]
+    assert len(dropped) == 3 and all("wrong answer twice" in m for m in dropped), dropped
+    report = json.loads((out / "report.json").read_text())
+    assert report["judge"] == {
+        "model": f"{tiny} (--judge self, served as notes-agent-base)",
+        "groups_scored": 0,
+        "groups_dropped": 3,
+    }
+    assert report["history"] == [] and report["step"] == 0  # no judged group, so no training step
+    assert report["val_ruler_before"] is None and report["val_scored"] == {"before": 0, "after": 0}
+    models = out / ".art" / "autorl" / "models"
+    assert json.loads((models / "notes-agent-base" / "model.json").read_text())["base_model"] == str(tiny)
+
+
+@pytest.mark.slow
+def test_autorl_generator_self_that_writes_no_tasks_fails_clearly(tmp_path, capsys):
+    from art_train.models import build_tiny_model
+
+    tiny = build_tiny_model(tmp_path / "tiny")
+    out = tmp_path / "run"
+    rc = autorl_main([
+        *SMALL_RUN, "--base-model", str(tiny), "--output", str(out),
+        "--generator", "self", "--generator-max-tokens", "16", "--judge", "openai/never-asked",
+    ])  # fmt: skip
+    assert rc == 1
+    err = " ".join(capsys.readouterr().err.split())  # rich wraps long lines
+    assert "asking" in err and "(--generator self, served as notes-agent-base)" in err
+    assert "art autorl failed: TaskGenerationError: --generator self:" in err
+    assert "produced no valid tasks" in err and "pass --tasks FILE.jsonl" in err
+    assert "Traceback" not in err
+    assert not (out / "tasks.train.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--judge", "self", "--judge-api-base", "http://x/v1"], "--judge-api-base is for a litellm judge"),
+        (
+            ["--generator", "self", "--generator-api-key", "k"],
+            "--generator-api-key is for a litellm generator",
+        ),
+        (["--judge", "self", "--judge-max-tokens", "4096"], "leaves no room for the prompt"),
+        (["--judge-max-tokens", "0"], "--judge-max-tokens must be at least 1"),
+    ],
+)
+def test_autorl_rejects_self_with_options_it_cannot_use(tmp_path, capsys, extra, message):
+    argv = ["--mcp", "bundled:notes", "--generator", "openai/g", "--judge", "openai/j", "--base-model", "x"]
+    with pytest.raises(SystemExit) as exit_:
+        autorl_main([*argv, "--output", str(tmp_path), *extra])
+    assert exit_.value.code == 2
+    assert message in " ".join(capsys.readouterr().err.split())
 
 
 def test_autorl_reports_a_bad_server_clearly(tmp_path, capsys):
