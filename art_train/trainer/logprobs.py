@@ -15,20 +15,25 @@ __all__ = ["SharedPrefix", "row_logprobs", "selected_logprobs"]
 
 
 class _SelectedLogprobs(torch.autograd.Function):
-    """logp[i] = log_softmax(h[i] @ W.T)[target[i]], computed in chunks; also returns the entropy (no grad)."""
+    """logp[i] = log_softmax(h[i] @ W.T)[target[i]], computed in chunks; also returns the entropy (no grad).
+
+    Always in the weight's dtype, autocast or not: backward recomputes the logits outside autocast, and
+    forward must compute the same ones.
+    """
 
     @staticmethod
     def forward(ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int):  # noqa: ANN205
         logp = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)  # [n]
         entropy = torch.empty_like(logp)  # [n]
         logz = torch.empty_like(logp)  # [n]
-        for s in range(0, hidden.shape[0], chunk):
-            logits = (hidden[s : s + chunk] @ weight.T).float()  # [c, V]
-            z = torch.logsumexp(logits, dim=-1)  # [c]
-            logz[s : s + chunk] = z
-            logp[s : s + chunk] = logits.gather(1, targets[s : s + chunk, None])[:, 0] - z
-            probs = torch.exp(logits - z[:, None])  # [c, V]
-            entropy[s : s + chunk] = z - (probs * logits).sum(-1)
+        with torch.autocast(hidden.device.type, enabled=False):
+            for s in range(0, hidden.shape[0], chunk):
+                logits = (hidden[s : s + chunk] @ weight.T).float()  # [c, V]
+                z = torch.logsumexp(logits, dim=-1)  # [c]
+                logz[s : s + chunk] = z
+                logp[s : s + chunk] = logits.gather(1, targets[s : s + chunk, None])[:, 0] - z
+                probs = torch.exp(logits - z[:, None])  # [c, V]
+                entropy[s : s + chunk] = z - (probs * logits).sum(-1)
         ctx.save_for_backward(hidden, weight, targets, logz)
         ctx.chunk = chunk
         ctx.mark_non_differentiable(entropy)
@@ -39,17 +44,18 @@ class _SelectedLogprobs(torch.autograd.Function):
         hidden, weight, targets, logz = ctx.saved_tensors
         grad_hidden = torch.zeros_like(hidden) if ctx.needs_input_grad[0] else None
         grad_weight = torch.zeros_like(weight, dtype=torch.float32) if ctx.needs_input_grad[1] else None
-        for s in range(0, hidden.shape[0], ctx.chunk):
-            h = hidden[s : s + ctx.chunk]
-            logits = (h @ weight.T).float()  # [c, V]
-            g = grad_logp[s : s + ctx.chunk]  # [c]
-            grad_logits = -torch.exp(logits - logz[s : s + ctx.chunk, None]) * g[:, None]  # [c, V]
-            grad_logits.scatter_add_(1, targets[s : s + ctx.chunk, None], g[:, None])
-            grad_logits = grad_logits.to(h.dtype)
-            if grad_hidden is not None:
-                grad_hidden[s : s + ctx.chunk] = grad_logits @ weight
-            if grad_weight is not None:
-                grad_weight += (grad_logits.T @ h).float()
+        with torch.autocast(hidden.device.type, enabled=False):  # the caller may backward inside autocast
+            for s in range(0, hidden.shape[0], ctx.chunk):
+                h = hidden[s : s + ctx.chunk]
+                logits = (h @ weight.T).float()  # [c, V]
+                g = grad_logp[s : s + ctx.chunk]  # [c]
+                grad_logits = -torch.exp(logits - logz[s : s + ctx.chunk, None]) * g[:, None]  # [c, V]
+                grad_logits.scatter_add_(1, targets[s : s + ctx.chunk, None], g[:, None])
+                grad_logits = grad_logits.to(h.dtype)
+                if grad_hidden is not None:
+                    grad_hidden[s : s + ctx.chunk] = grad_logits @ weight
+                if grad_weight is not None:
+                    grad_weight += (grad_logits.T @ h).float()
         if grad_weight is not None:
             grad_weight = grad_weight.to(weight.dtype)
         return grad_hidden, grad_weight, None, None
@@ -62,7 +68,7 @@ def selected_logprobs(
     if hidden.shape[0] == 0:
         empty = hidden.new_zeros(0, dtype=torch.float32)
         return empty, empty
-    return _SelectedLogprobs.apply(hidden, weight, targets, chunk)
+    return _SelectedLogprobs.apply(hidden.to(weight.dtype), weight, targets, chunk)  # autocast may give bf16
 
 
 class SharedPrefix:

@@ -88,22 +88,34 @@ def build_rows(sequences: list[Sequence], capacity: int) -> tuple[list[Row], tor
 
 
 def prefix_groups(rows: list[Row], min_prefix: int = 16) -> list[tuple[int, list[Row]]]:
-    """Single-sequence rows grouped by the context they start with, up to their first prediction.
+    """Single-sequence rows grouped by the longest context they start with, up to their first prediction.
 
-    Returns (prefix length, rows) pairs in first-seen order; rows that share no prefix of at least
-    `min_prefix` tokens with another row come alone with length 0. GRPO's rollouts of one task
-    share their prompt, so its keys and values can be computed once (see `SharedPrefix`).
+    Returns (prefix length, rows) pairs in first-seen order: each row joins the first group whose
+    common prefix it shares for at least `min_prefix` tokens (the group's prefix shrinks to what all
+    share); a row that shares none comes alone with length 0. GRPO's rollouts of one task share their
+    prompt, SFT examples their system prompt and tool specs: those keys and values are computed once
+    (see `SharedPrefix`).
     """
-    by_key: dict[tuple[int, ...], list[Row]] = {}
+    groups: list[tuple[list[int], list[Row]]] = []
     for row in rows:
         k = int(row.pred_index.min()) if row.pred_index.numel() else 0
-        key = tuple(row.input_ids[:k].tolist()) if k >= min_prefix else (id(row),)
-        by_key.setdefault(key, []).append(row)
-    out: list[tuple[int, list[Row]]] = []
-    for key, group in by_key.items():
-        shared = len(group) > 1 and len(key) >= min_prefix
-        out.append((len(key) if shared else 0, group))
-    return out
+        context = row.input_ids[:k].tolist()
+        for i, (key, members) in enumerate(groups):
+            n = _common_length(key, context)
+            if n >= min_prefix:
+                groups[i] = (key[:n], [*members, row])
+                break
+        else:
+            groups.append((context, [row]))
+    return [(len(key) if len(members) > 1 else 0, members) for key, members in groups]
+
+
+def _common_length(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
 
 
 def split_batches(sequences: list[Sequence], batch_size: int | None) -> list[list[Sequence]]:

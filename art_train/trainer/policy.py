@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +33,7 @@ class Policy:
         max_seq_len: the model's longest sequence (`ModelConfig.max_seq_len`); a step's config may lower it.
         gradient_checkpointing: whether the base model recomputes activations (then no shared prefixes).
         prefix_preserving: whether the chat template passed the prefix check (`check_prefix_preserving`).
+        autocast: the dtype the decoder computes in under torch.autocast (`ModelConfig.autocast`), or None.
     """
 
     peft: Any
@@ -43,6 +44,7 @@ class Policy:
     max_seq_len: int
     gradient_checkpointing: bool = False
     prefix_preserving: bool = True
+    autocast: str | None = None
 
     @property
     def causal_lm(self) -> Any:
@@ -86,11 +88,22 @@ class Policy:
         return row_groups(rows, self.one_sequence_per_row(config) and not self.gradient_checkpointing)
 
     # -- forward and update ------------------------------------------------------------------------
+    def precision(self) -> Any:
+        """The context every forward of this policy runs in: autocast to `autocast`'s dtype, or nothing."""
+        if self.autocast is None:
+            return nullcontext()
+        return torch.autocast(self.device.split(":")[0], dtype=getattr(torch, self.autocast))
+
     @torch.no_grad()
     def logprobs(self, rows: list[Row], n_tokens: int, *, adapter: bool) -> torch.Tensor:
         """[n_tokens] logprobs of every trained token of `rows`, with the adapter on (the current policy)
         or off (the base model: GRPO's KL reference, which costs no second model)."""
         out = torch.zeros(n_tokens)
+        with self.precision():
+            self._logprobs_into(out, rows, adapter=adapter)
+        return out
+
+    def _logprobs_into(self, out: torch.Tensor, rows: list[Row], *, adapter: bool) -> None:
         for row in rows:
             if adapter:
                 logp, _ = row_logprobs(self.causal_lm, row.input_ids, row.position_ids, row.pred_index, row.targets)
@@ -100,14 +113,14 @@ class Policy:
                         self.causal_lm, row.input_ids, row.position_ids, row.pred_index, row.targets
                     )
             out[row.token_index] = logp.float().cpu()
-        return out
 
     @contextmanager
     def training(self) -> Iterator[None]:
-        """Train mode (LoRA dropout on) for the block, eval mode after, even on error."""
+        """Train mode (LoRA dropout on) and the policy's precision for the block, eval mode after, even on error."""
         self.peft.train()
         try:
-            yield
+            with self.precision():
+                yield
         finally:
             self.peft.eval()
 

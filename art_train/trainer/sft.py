@@ -2,7 +2,8 @@
 
 tokenize (sampled ids kept where present, other assistant turns re-tokenized and trained) ->
 batches of `batch_size` sequences -> per row: forward, token-mean loss over the batch, backward ->
-clip -> AdamW step. Same rows and optimizer as the GRPO step (`Policy`).
+clip -> AdamW step. Rows that start with the same prompt (a shared system prompt and tool specs) run
+it once, forward and backward, as in the GRPO step (`Policy.row_groups`). Same rows and optimizer as the GRPO step (`Policy`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 from art_core import SFTConfig, Trajectory
 
-from .logprobs import row_logprobs
+from .logprobs import SharedPrefix, row_logprobs
 from .packing import split_batches
 from .policy import Policy, Progress
 from .tokenize import Sequence, TokenizeStats, fit_length, tokenize_trajectory
@@ -51,15 +52,18 @@ def sft_step(policy: Policy, trajectories: list[Trajectory], config: SFTConfig, 
                 if n == 0:
                     continue
                 batch_loss = 0.0
-                for row in rows:
-                    logp, _ = row_logprobs(
-                        policy.causal_lm, row.input_ids, row.position_ids, row.pred_index, row.targets
-                    )  # [n_row]
-                    loss = -logp.sum() / n  # token mean over the batch
-                    loss.backward()
-                    batch_loss += float(loss.detach())
-                    done_rows += 1
-                    progress({"phase": "forward_backward", "done": done_rows, "total": total_rows})
+                for k, group_rows in policy.row_groups(rows, config):
+                    prefix = SharedPrefix(policy.causal_lm, group_rows[0].input_ids[:k]) if k else None
+                    for row in group_rows:
+                        logp, _ = row_logprobs(policy.causal_lm, row.input_ids, row.position_ids,
+                                               row.pred_index, row.targets, prefix=prefix)  # fmt: skip  # [n_row]
+                        loss = -logp.sum() / n  # token mean over the batch
+                        loss.backward()
+                        batch_loss += float(loss.detach())
+                        done_rows += 1
+                        progress({"phase": "forward_backward", "done": done_rows, "total": total_rows})
+                    if prefix is not None:
+                        prefix.backward()
                 grad_sum += policy.optimizer_step(config.max_grad_norm)
                 loss_sum += batch_loss
                 steps += 1

@@ -113,7 +113,7 @@ class Trainer:
         self.policy = Policy(peft=peft, optimizer=optimizer, tokenizer=tokenizer, chat_template=chat_template,
                              device=self.device, max_seq_len=config.max_seq_len,
                              gradient_checkpointing=config.gradient_checkpointing,
-                             prefix_preserving=prefix_preserving)
+                             prefix_preserving=prefix_preserving, autocast=config.autocast)
         if latest is None:
             self.step = 0
             self._save(0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from art_train.models import load_causal_lm
@@ -131,13 +132,36 @@ def _prompt_sharing_sequences() -> list[Sequence]:
     return out
 
 
-def test_shared_prefix_matches_whole_sequences(tiny_model_path) -> None:  # noqa: ANN001
+def _system_sharing_sequences() -> list[Sequence]:
+    # SFT examples of two tasks: one 20-token system prompt, then each task's own 6-token question
+    g = torch.Generator().manual_seed(3)
+    system = torch.randint(0, 49152, (20,), generator=g).tolist()
+    out = []
+    for task, n in ((0, 9), (1, 14), (0, 5)):
+        question = torch.Generator().manual_seed(10 + task)
+        prompt = system + torch.randint(0, 49152, (6,), generator=question).tolist()
+        answer = torch.randint(0, 49152, (n,), generator=g).tolist()
+        out.append(Sequence(prompt + answer, [False] * 26 + [True] * n, [float("nan")] * (26 + n)))
+    out.append(Sequence(torch.randint(0, 49152, (30,), generator=g).tolist(), [False] * 10 + [True] * 20, [0.0] * 30))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("make", "expected"),
+    [
+        # three rollouts of one prompt: the prompt ends one token before the first answer token (that
+        # position predicts it)
+        (_prompt_sharing_sequences, [(0, 1), (23, 3)]),
+        # two tasks under one system prompt: they share the system prompt only
+        (_system_sharing_sequences, [(0, 1), (20, 3)]),
+    ],
+)
+def test_shared_prefix_matches_whole_sequences(tiny_model_path, make, expected) -> None:  # noqa: ANN001
     model = _lora_model(tiny_model_path)
-    seqs = _prompt_sharing_sequences()
+    seqs = make()
     rows, seq_of_token = build_rows(seqs, capacity=1)  # one sequence per row
     groups = prefix_groups(rows)
-    # the prompt ends one token before the first answer token (that position predicts it)
-    assert sorted((k, len(g)) for k, g in groups) == [(0, 1), (23, 3)]
+    assert sorted((k, len(g)) for k, g in groups) == expected
     n = len(seq_of_token)
     coef = torch.linspace(-1, 1, n)
     whole_logp, whole_grads = _loss_and_grads(model, rows, n, coef)
