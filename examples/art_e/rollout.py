@@ -34,16 +34,18 @@ __all__ = [
     "SYSTEM_PROMPT",
     "InboxServers",
     "compact_tools",
+    "opening_messages",
     "rollout",
     "server_params",
-    "system_prompt",
 ]
 
 FINAL_ANSWER = "return_final_answer"
 SERVER = Path(__file__).with_name("server.py")
 EMAIL_ID = re.compile(r"\[([0-9a-f]{8})\]")
+# The same for every inbox (the owner is named in the user's message), so every prompt starts with
+# the same system prompt and tool specs: the trainer runs that shared prefix once per batch.
 SYSTEM_PROMPT = (
-    "You are an email assistant for {owner}. Answer the user's question about their inbox using the tools. "
+    "You are an email assistant. Answer the user's question about their inbox using the tools. "
     "Search with search_emails using two or three distinctive keywords, read the emails that look relevant "
     "with read_email, then call return_final_answer with a short answer and the ids of the emails you used. "
     "Give only the value, written as in the email: a date, an amount, a name, a file name or a code. "
@@ -79,8 +81,12 @@ def compact_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def system_prompt(owner: str) -> str:
-    return SYSTEM_PROMPT.format(owner=owner)
+def opening_messages(owner: str, question: Question) -> list[dict[str, Any]]:
+    """The system prompt and the user's question; `owner` is the inbox owner's name."""
+    return [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": f"I am {owner}. {question.question}"},
+    ]
 
 
 def server_params(db: str | Path, inbox_id: str) -> StdioServerParameters:
@@ -154,10 +160,7 @@ async def rollout(
     tools = compact_tools(session.openai_tools())
     names = {t["function"]["name"] for t in tools}
     trajectory = art.Trajectory(
-        messages=[
-            {"role": "system", "content": system_prompt(owner)},
-            {"role": "user", "content": question.question},
-        ],
+        messages=opening_messages(owner, question),
         tools=tools,
         metadata={"question_id": question.id, "inbox_id": question.inbox_id, "task": question.question},
     )

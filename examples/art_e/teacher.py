@@ -28,7 +28,7 @@ import art_mcp
 
 from .inbox import Inbox, Question, dataset, day_phrase, money, write_db
 from .reward import Outcome, score
-from .rollout import EMAIL_ID, FINAL_ANSWER, InboxServers, compact_tools, system_prompt
+from .rollout import EMAIL_ID, FINAL_ANSWER, InboxServers, compact_tools, opening_messages
 
 __all__ = ["TeacherError", "teach", "teach_inboxes"]
 
@@ -60,10 +60,7 @@ def spoken(question: Question) -> str:
 
 async def teach(session: art_mcp.McpSession, question: Question, owner: str) -> dict[str, Any]:
     """One teacher record for `question` (the final turn is the `return_final_answer` call)."""
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": system_prompt(owner)},
-        {"role": "user", "content": question.question},
-    ]
+    messages = opening_messages(owner, question)
     out = Outcome()
 
     async def use(name: str, arguments: dict[str, Any]) -> str:
