@@ -51,6 +51,7 @@ class ChatCompletionBody(BaseModel):
     top_logprobs: int | None = Field(None, ge=0, le=20)
     return_tokens_as_token_ids: bool = False
     ignore_eos: bool = False
+    response_format: dict[str, Any] | None = None  # json_schema, json_object or text (docs/serving.md)
 
     def to_request(self) -> ChatRequest:
         for i, m in enumerate(self.messages):
@@ -72,7 +73,7 @@ class ChatCompletionBody(BaseModel):
         tools = self.tools if self.tools and self.tool_choice != "none" else None
         return ChatRequest(messages=self.messages, model=self.model, tools=tools, tool_choice=self.tool_choice,
                            sampling=sampling, stream=self.stream, tokens_as_ids=self.return_tokens_as_token_ids,
-                           extra=self.model_extra or {})
+                           response_format=self.response_format, extra=self.model_extra or {})
 
 
 _TOOL_SHAPE = '{"type": "function", "function": {"name": ..., "description": ..., "parameters": {JSON Schema}}}'

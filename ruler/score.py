@@ -49,7 +49,6 @@ class RulerStats:
     drop_reasons: Counter[str] = field(default_factory=Counter)
 
 
-
 @dataclass
 class Outcome:
     scores: list[Score]  # one per input item
@@ -74,6 +73,8 @@ def make_judge(
         served = judge.litellm_params()
         name = served.pop("model")
         params = {**served, **params}
+        if structured is None and _registered(judge):
+            structured = True  # ART's engines honour response_format; litellm cannot know that
     else:
         name = judge if judge is not None else os.environ.get("RULER_JUDGE", DEFAULT_JUDGE)
     return Judge(
@@ -84,6 +85,15 @@ def make_judge(
         max_attempts=max_attempts,
         retry_delay=retry_delay,
     )
+
+
+def _registered(model: Model) -> bool:
+    """Whether `model` is served by an ART backend (registered), rather than only pointed at an endpoint."""
+    try:
+        model.backend()
+    except RuntimeError:
+        return False
+    return True
 
 
 def kendall_tau(a: list[float], b: list[float]) -> float | None:

@@ -48,6 +48,7 @@ class ChatRequest:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     stream: bool = False
     tokens_as_ids: bool = False  # logprob tokens read "token_id:N"
+    response_format: dict[str, Any] | None = None  # OpenAI's: json_schema / json_object constrain the reply
     extra: dict[str, Any] = field(default_factory=dict)  # other body fields, passed on where an engine can use them
 
 

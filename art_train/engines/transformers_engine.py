@@ -38,6 +38,7 @@ from ..models import (
 from .adapters import BaseWeights, LoraPair, load_lora, probe_logprobs_batch
 from .attention import use_float32_cache_attention
 from .base import ChatRequest, EngineError, SamplingParams
+from .grammar import Grammars, mask_logits, schema_for
 from .kv import GrowingLayer, drop_leading, grow_in_place, select_rows
 from .prefix import PrefixCache
 from .tool_parsers import get_tool_parser
@@ -66,6 +67,7 @@ class _Seq:
     parse_error: str | None = None  # why text that looked like a tool call was kept as content
     cached: int = 0  # prompt tokens whose keys and values came from the prefix cache
     generation: int = 0  # the prefix cache's generation for this adapter when the sequence started
+    grammar: Any = None  # an xgrammar GrammarMatcher when the request has a response_format
 
 
 @dataclass
@@ -153,6 +155,8 @@ class TransformersEngine:
         gen_eos = getattr(self.model.generation_config, "eos_token_id", None)
         ids |= set(gen_eos if isinstance(gen_eos, list) else [gen_eos])
         self.eos_ids = {i for i in ids if isinstance(i, int) and i >= 0 and i != self.tokenizer.unk_token_id}
+        vocab = getattr(self.model.get_output_embeddings(), "out_features", None) or len(self.tokenizer)
+        self.grammars = Grammars(self.tokenizer, vocab, sorted(self.eos_ids))  # compiles on first use
         logger.info("transformers engine ready: %s on %s", path, self.torch_device)
 
     async def stop(self) -> None:
@@ -252,9 +256,12 @@ class TransformersEngine:
             ids = ids["input_ids"]
         return list(ids)
 
-    def _submit(self, request: ChatRequest, emit: Callable[[_Seq, bool], None]) -> tuple[list[int], list[_Seq]]:
+    async def _submit(
+        self, request: ChatRequest, emit: Callable[[_Seq, bool], None]
+    ) -> tuple[list[int], list[_Seq]]:
         if self._thread is None:
             raise EngineError("the engine is not started", status=503, type="server_error")
+        schema = schema_for(request.response_format)
         prompt = self.render(request)
         params = request.sampling
         room = self.max_seq_len - len(prompt)
@@ -269,12 +276,16 @@ class TransformersEngine:
                 status=400, type="invalid_request_error")
         if params.max_tokens is None or params.max_tokens > room:  # a long conversation: stop at the limit
             params = SamplingParams(**{**params.__dict__, "max_tokens": room})
+        matchers = [None] * params.n
+        if schema is not None:
+            matchers = await asyncio.to_thread(self.grammars.matchers, schema, params.n)
         seqs = []
-        for i in range(params.n):
+        for i, matcher in enumerate(matchers):
             gen = None
             if params.seed is not None:
                 gen = torch.Generator(device=self.torch_device).manual_seed(params.seed + i)
-            seqs.append(_Seq(prompt=prompt, params=params, adapter=request.adapter, emit=emit, index=i, generator=gen))
+            seqs.append(_Seq(prompt=prompt, params=params, adapter=request.adapter, emit=emit, index=i,
+                             generator=gen, grammar=matcher))
         for seq in seqs:
             self._incoming.put(seq)
         return prompt, seqs
@@ -290,7 +301,7 @@ class TransformersEngine:
                 if remaining[0] == 0:
                     loop.call_soon_threadsafe(lambda: done.done() or done.set_result(None))
 
-        prompt, seqs = self._submit(request, emit)
+        prompt, seqs = await self._submit(request, emit)
         await done
         for seq in seqs:
             if seq.error is not None:
@@ -305,7 +316,7 @@ class TransformersEngine:
         def emit(seq: _Seq, final: bool) -> None:
             loop.call_soon_threadsafe(events.put_nowait, (seq, len(seq.tokens), final))
 
-        prompt, seqs = self._submit(request, emit)
+        prompt, seqs = await self._submit(request, emit)
         rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         head = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": request.model}
         for seq in seqs:
@@ -593,7 +604,11 @@ class TransformersEngine:
 
     def _sample(self, batch: _Batch, logits: torch.Tensor) -> None:
         logits = logits.float()  # [B, V]
-        logp = torch.log_softmax(logits, dim=-1)  # the model's own distribution: what the trainer compares
+        # the model's own distribution, before any response_format mask: what the trainer recomputes and compares
+        logp = torch.log_softmax(logits, dim=-1)
+        matchers = [s.grammar for s in batch.seqs]
+        if any(m is not None for m in matchers):
+            logits = mask_logits(logits, matchers)  # -inf on the tokens each row's grammar forbids
         chosen = _choose(logits, batch.seqs)  # [B]
         picked = logp.gather(1, chosen[:, None])[:, 0].tolist()
         for i, (seq, tid) in enumerate(zip(batch.seqs, chosen.tolist(), strict=True)):
@@ -603,7 +618,12 @@ class TransformersEngine:
             if p.top_logprobs:
                 values, idx = logp[i].topk(p.top_logprobs)
                 seq.top.append(list(zip(idx.tolist(), values.tolist(), strict=True)))
-            if tid in self.eos_ids and not p.ignore_eos:
+            if seq.grammar is not None and not seq.grammar.accept_token(tid):
+                seq.error = EngineError(f"response_format: the grammar refused token {tid} (an engine bug)")
+                seq.finish_reason = "stop"
+            elif seq.grammar is not None and seq.grammar.is_terminated():  # whole JSON, then a stop token
+                seq.finish_reason = "stop"
+            elif tid in self.eos_ids and not p.ignore_eos:
                 seq.finish_reason = "stop"
             elif p.stop:
                 text = self._decode(seq.tokens)

@@ -261,7 +261,8 @@ class VLLMEngine:
         }
         for key, value in (("max_tokens", p.max_tokens), ("seed", p.seed), ("stop", list(p.stop) or None),
                            ("top_logprobs", p.top_logprobs or None), ("tools", request.tools),
-                           ("tool_choice", request.tool_choice if request.tools else None)):
+                           ("tool_choice", request.tool_choice if request.tools else None),
+                           ("response_format", request.response_format)):
             if value is not None:
                 body[key] = value
         if p.ignore_eos:

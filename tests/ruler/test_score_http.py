@@ -82,6 +82,33 @@ async def test_json_inside_prose_without_response_format(group: art.TrajectoryGr
     assert group.rewards() == [1.0, 0.4, 0.0, 1.0]
 
 
+class _ServedBy:
+    """A backend that serves every model it registers at `url` (the scripted server stands in for `art serve`)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    async def register(self, model: art.Model) -> art.Registration:
+        return art.Registration(base_url=self.url, served_name="scripted-judge")
+
+
+async def test_a_judge_served_by_an_art_backend_gets_response_format_by_default() -> None:
+    def fresh() -> art.TrajectoryGroup:
+        return art.TrajectoryGroup([rollout("It is invoice-42.", searched=True), rollout("No idea.")])
+
+    with ScriptedOpenAI(judge_by(solved)) as server:
+        served = art.Model(name="judge", project="ruler-test")
+        await served.register(_ServedBy(server.url))
+        pointed = art.Model(name="judge", project="ruler-test", inference_base_url=server.url,
+                            inference_model_name="scripted-judge")  # fmt: skip
+        await ruler.score_group(fresh(), judge=served, **FAST)  # registered: ART's engines honour it
+        await ruler.score_group(fresh(), judge=served, structured=False, **FAST)
+        await ruler.score_group(fresh(), judge=pointed, **FAST)  # an endpoint only: litellm says no
+    sent = [r.get("response_format", {}).get("type") for r in server.requests]
+    assert sent == ["json_schema", None, None]
+    assert server.requests[0]["response_format"]["json_schema"]["name"] == "JudgeAnswer"
+
+
 async def test_wrong_count_gets_one_corrective_retry(group: art.TrajectoryGroup) -> None:
     replies = [{"content": answer({"1": 0.9, "2": 0.5})}, judge_by(solved)]
     with ScriptedOpenAI(replies) as server:
