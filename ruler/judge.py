@@ -154,6 +154,30 @@ def transient_errors() -> tuple[type[BaseException], ...]:
     )
 
 
+def group_schema(ids: list[str], max_explanation: int = 300) -> dict[str, Any]:
+    """The answer's JSON schema for one group: one entry per id, in order, each score from 0 to 1.
+
+    A server that decodes under it (constrained decoding) can only return a usable answer, so even a
+    small judge is measured on its ranking rather than its JSON.
+    """
+
+    def entry(i: str) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "properties": {
+                "trajectory_id": {"const": i},
+                "explanation": {"type": "string", "maxLength": max_explanation},
+                "score": {"type": "number", "minimum": 0, "maximum": 1},
+            },
+            "required": ["trajectory_id", "explanation", "score"],
+            "additionalProperties": False,
+        }
+
+    scores = {"type": "array", "prefixItems": [entry(i) for i in ids], "items": False,
+              "minItems": len(ids), "maxItems": len(ids)}  # fmt: skip
+    return {"type": "object", "properties": {"scores": scores}, "required": ["scores"], "additionalProperties": False}
+
+
 @dataclass
 class Judge:
     """A litellm model that scores groups.
@@ -166,6 +190,9 @@ class Judge:
     model: str
     litellm_params: dict[str, Any] = field(default_factory=dict)
     structured: bool | None = None  # None: use response_format where litellm says the model supports it
+    # with structured output, a schema made for each group (`group_schema`) instead of `JudgeAnswer`: for
+    # servers that honour the whole JSON schema (ART's engines; OpenAI's strict mode refuses some keywords)
+    exact_schema: bool = False
     timeout: float = 120.0
     max_attempts: int = 4  # per call, for transient errors
     retry_delay: float = 1.0
@@ -198,8 +225,11 @@ class Judge:
             [self.model, self.litellm_params.get("api_base") or self.litellm_params.get("base_url")]
         )
 
-    async def complete(self, messages: list[dict[str, Any]], usage: Usage) -> str | None:
-        """One completion with backoff on transient errors; returns the reply's text."""
+    async def complete(
+        self, messages: list[dict[str, Any]], usage: Usage, ids: list[str] | None = None
+    ) -> str | None:
+        """One completion with backoff on transient errors; returns the reply's text. `ids`: the
+        trajectory ids the answer must score (the exact schema's, where it is used)."""
         litellm = import_litellm()
 
         kwargs: dict[str, Any] = {
@@ -209,7 +239,11 @@ class Judge:
             **self.litellm_params,
         }
         if self.use_structured():
-            kwargs["response_format"] = JudgeAnswer
+            kwargs["response_format"] = (
+                {"type": "json_schema", "json_schema": {"name": "judge_answer", "schema": group_schema(ids)}}
+                if self.exact_schema and ids
+                else JudgeAnswer
+            )
 
         @retry(max_attempts=self.max_attempts, delay=self.retry_delay, exceptions=transient_errors())
         async def call() -> Any:
@@ -224,7 +258,7 @@ class Judge:
         self, messages: list[dict[str, Any]], ids: list[str], usage: Usage
     ) -> dict[str, TrajectoryScore]:
         """Scores for `ids`; one corrective retry on a wrong answer; calls and tokens go to `usage`."""
-        text = await self.complete(messages, usage)
+        text = await self.complete(messages, usage, ids)
         try:
             return parse_answer(text, ids)
         except BadAnswer as first:
@@ -239,7 +273,7 @@ class Judge:
                     "each score a number from 0 to 1.",
                 },
             ]
-            text = await self.complete(fix, usage)
+            text = await self.complete(fix, usage, ids)
             try:
                 return parse_answer(text, ids)
             except BadAnswer as second:
@@ -254,5 +288,6 @@ __all__ = [
     "TrajectoryScore",
     "Usage",
     "extract_json",
+    "group_schema",
     "parse_answer",
 ]

@@ -73,14 +73,17 @@ def make_judge(
         served = judge.litellm_params()
         name = served.pop("model")
         params = {**served, **params}
-        if structured is None and _registered(judge):
-            structured = True  # ART's engines honour response_format; litellm cannot know that
+        # ART's engines honour response_format, the whole JSON schema included; litellm cannot know that
+        exact = structured is not False and _registered(judge)
+        structured = True if exact else structured
     else:
+        exact = False
         name = judge if judge is not None else os.environ.get("RULER_JUDGE", DEFAULT_JUDGE)
     return Judge(
         name,
         params,
         structured=structured,
+        exact_schema=exact,
         timeout=timeout,
         max_attempts=max_attempts,
         retry_delay=retry_delay,

@@ -106,7 +106,12 @@ async def test_a_judge_served_by_an_art_backend_gets_response_format_by_default(
         await ruler.score_group(fresh(), judge=pointed, **FAST)  # an endpoint only: litellm says no
     sent = [r.get("response_format", {}).get("type") for r in server.requests]
     assert sent == ["json_schema", None, None]
-    assert server.requests[0]["response_format"]["json_schema"]["name"] == "JudgeAnswer"
+    # the schema is the group's own: its two ids, in order, each score from 0 to 1
+    schema = server.requests[0]["response_format"]["json_schema"]["schema"]
+    entries = schema["properties"]["scores"]["prefixItems"]
+    assert [e["properties"]["trajectory_id"]["const"] for e in entries] == ["1", "2"]
+    assert schema["properties"]["scores"]["maxItems"] == 2
+    assert entries[0]["properties"]["score"] == {"type": "number", "minimum": 0, "maximum": 1}
 
 
 async def test_wrong_count_gets_one_corrective_retry(group: art.TrajectoryGroup) -> None:

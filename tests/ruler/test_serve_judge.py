@@ -19,7 +19,7 @@ import pytest
 
 import art_core as art
 import ruler
-from ruler import JudgeError, RulerStats
+from ruler import RulerStats
 from tests.ruler.conftest import rollout
 from tests.support.net import free_port
 
@@ -76,16 +76,13 @@ async def test_bundled_model_served_by_art_serve_is_a_judge(art_server: str) -> 
 
     group = art.TrajectoryGroup([rollout("It is invoice-42.", 0.3, searched=True), rollout("No idea.", 0.6)])
     stats = RulerStats()
-    try:
-        out = await ruler.score_group(
-            group, judge=judge, litellm_params={"max_tokens": 96, "temperature": 0.0}, stats=stats, timeout=300
-        )
-    except JudgeError as exc:  # the model answered, but not in a usable form
-        assert isinstance(exc.__cause__, ruler.BadAnswer), repr(exc.__cause__)
-        assert group.rewards() == [0.3, 0.6]
-        assert stats.judge_calls == 2  # the answer and one corrective retry
-    else:
-        assert out is group
-        assert all(0.0 <= r <= 1.0 for r in group.rewards())
-        assert [t.metrics["independent_reward"] for t in group.trajectories] == [0.3, 0.6]
+    # registered with an ART backend: the judge decodes under the group's own schema, so even this
+    # 135M model can only give a usable answer (two explanations of at most 300 characters fit in 400)
+    out = await ruler.score_group(
+        group, judge=judge, litellm_params={"max_tokens": 400, "temperature": 0.0}, stats=stats, timeout=300
+    )
+    assert out is group
+    assert all(0.0 <= r <= 1.0 for r in group.rewards())
+    assert [t.metrics["independent_reward"] for t in group.trajectories] == [0.3, 0.6]
+    assert stats.judge_calls == 1  # usable at the first answer
     assert stats.prompt_tokens > 100 and stats.completion_tokens > 0  # usage came back through litellm
