@@ -10,7 +10,9 @@ group's Kendall tau-b compares the two rankings (1: same order, 0: unrelated, -1
     python -m examples.art_e.ruler_agreement --judge self                 # the served SmolLM2-135M judges
     python -m examples.art_e.ruler_agreement --judge openai/NAME --judge-api-base URL
 
-A judge failure (unparseable answer twice) drops the group and is counted, never scored as 0.
+A judge failure (unparseable answer twice) drops the group and is counted, never scored as 0. The
+served judge (``--judge self``) decodes under the group's own JSON schema (RULER sends it to a judge
+registered with an ART backend), so its answers are always usable and tau measures its ranking.
 """
 
 from __future__ import annotations
@@ -198,7 +200,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--judge-api-base", help="the judge's OpenAI-compatible base URL")
     p.add_argument("--base-model", default="smollm2-135m", help="the served judge with --judge self")
-    p.add_argument("--judge-max-tokens", type=int, default=512, help="cap on the judge's reply (0: none)")
+    p.add_argument("--judge-max-tokens", type=int, default=1024,
+                   help="cap on the judge's reply (0: none); six explanations of <= 300 characters fit in 1024")  # fmt: skip
     p.add_argument("--judge-timeout", type=float, default=120.0, help="seconds per judge call")
     p.add_argument("--groups", type=int, default=24)
     p.add_argument("--inboxes", type=int, default=4)
