@@ -66,7 +66,7 @@ def _xgrammar() -> Any:
     except ImportError as exc:
         raise EngineError(
             "response_format needs the xgrammar package on the server: pip install xgrammar "
-            "(or pip install 'art-rl[train]'), then restart it",
+            "(or pip install 'art-rl[structured]'), then restart it",
             status=501,
             type="server_error",
         ) from exc
