@@ -58,6 +58,23 @@ class _TaskBatch(BaseModel):
     tasks: list[_TaskDraft]
 
 
+def _task_schema(tool_names: list[str], n: int) -> dict[str, Any]:
+    """`response_format` for at most `n` tasks that pass `Task`'s validation, naming only these tools."""
+    draft = {
+        "type": "object",
+        "properties": {
+            "task": {"type": "string", "minLength": 12, "maxLength": 300},
+            "difficulty": {"type": "integer", "minimum": 1, "maximum": 5},
+            "tools": {"type": "array", "items": {"enum": tool_names}, "minItems": 1, "maxItems": len(tool_names)},
+        },
+        "required": ["task", "difficulty", "tools"],
+        "additionalProperties": False,
+    }
+    tasks = {"type": "array", "items": draft, "minItems": 1, "maxItems": n}
+    schema = {"type": "object", "properties": {"tasks": tasks}, "required": ["tasks"], "additionalProperties": False}
+    return {"type": "json_schema", "json_schema": {"name": "task_batch", "schema": schema}}
+
+
 class TaskGenerationError(RuntimeError):
     """The generator produced no usable tasks."""
 
@@ -159,13 +176,17 @@ async def generate_tasks(
     max_rounds: int = 4,
     batch_size: int = 20,
     dedupe_threshold: float = 0.6,
+    exact_schema: bool = False,
 ) -> list[Task]:
     """Ask an LLM (through litellm, with structured output) for `n` tasks that need these tools.
 
     `tools` is a connected `McpSession`, MCP `Tool` objects, or OpenAI tool specs. `generator` is a
     litellm model name; `litellm_params` go to `litellm.acompletion` (``api_base``, ``api_key``,
     ``temperature``...). Returns at most `n` validated, de-duplicated tasks; fewer (with a warning)
-    if the generator runs out of new ideas within `max_rounds` calls.
+    if the generator runs out of new ideas within `max_rounds` calls. With `exact_schema` the reply's
+    schema carries what validation checks (task length, difficulty 1-5, tool names from these tools),
+    for a server that decodes under the whole JSON schema (ART's engines; OpenAI's strict mode refuses
+    some of those keywords): a small served generator then writes only tasks that validate.
 
     Example:
         async with art_mcp.connect("python -m art_mcp.servers.notes") as session:
@@ -200,7 +221,7 @@ async def generate_tasks(
         response = await litellm.acompletion(
             model=generator,
             messages=[{"role": "user", "content": prompt}],
-            response_format=_TaskBatch,
+            response_format=_task_schema(sorted(names), want) if exact_schema else _TaskBatch,
             **(litellm_params or {}),
         )
         content = response.choices[0].message.content or ""

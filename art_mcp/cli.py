@@ -240,6 +240,7 @@ async def _tasks(args: argparse.Namespace, spec: ServerSpec, base: TrainableMode
                 generator=generator,
                 instructions=args.instructions,
                 litellm_params=params,
+                exact_schema=args.generator == SELF,  # ART's engines decode under the whole schema
             )
         except TaskGenerationError as exc:
             if args.generator != SELF:

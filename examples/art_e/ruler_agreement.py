@@ -187,7 +187,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         record(
             Path(args.record),
             "art_e_ruler",
-            {**out, "config": args.judge.replace("/", "_"), "seed": args.seed},
+            {**out, "config": (f"self-{args.base_model}" if args.judge == "self" else args.judge).replace("/", "_"),
+             "seed": args.seed},
         )
     print(json.dumps({k: v for k, v in out.items() if k != "taus"}, indent=2))  # noqa: T201 - the report
     return out

@@ -136,6 +136,30 @@ def test_autorl_generator_self_that_writes_no_tasks_fails_clearly(tmp_path, caps
     assert not (out / "tasks.train.jsonl").exists()
 
 
+@pytest.mark.slow
+def test_autorl_generator_self_writes_tasks_that_validate(tmp_path):
+    """--generator self decodes under a schema that carries the task checks (length, difficulty, the
+    server's own tool names), so even the tiny random model writes tasks that validate, and the run goes on."""
+    from art_train.models import build_tiny_model
+
+    tiny = build_tiny_model(tmp_path / "tiny")
+    out = tmp_path / "run"
+    with ScriptedOpenAI(_judge) as judge:
+        rc = autorl_main([
+            *SMALL_RUN, "--base-model", str(tiny), "--output", str(out), "--generator", "self",
+            "--judge", "openai/judge", "--judge-api-base", judge.url, "--judge-api-key", "x",
+        ])  # fmt: skip
+    assert rc == 0
+    tasks = [json.loads(line) for name in ("tasks.train.jsonl", "tasks.val.jsonl")
+             for line in (out / name).read_text().splitlines()]  # fmt: skip
+    assert len(tasks) >= 2
+    tools = {"add_note", "get_note", "update_note", "delete_note", "list_notes", "search_notes"}
+    for task in tasks:
+        assert len(task["task"]) >= 12 and 1 <= task["difficulty"] <= 5
+        assert task["tools"] and set(task["tools"]) <= tools, task
+    assert json.loads((out / "report.json").read_text())["step"] == 1  # it trained on them
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
