@@ -109,6 +109,7 @@ async def measure(groups: list[art.TrajectoryGroup], judge: Any, litellm_params:
 
     stats = ruler.RulerStats()
     taus: list[float] = []
+    flat = 0  # groups the judge scored all alike: no ranking, so no tau (counted, not hidden)
     out: dict[str, Any] = {}
     for n, g in enumerate(groups, 1):
         scored = await ruler.score_group(g, judge=judge, litellm_params=litellm_params, swallow_exceptions=True,
@@ -118,7 +119,9 @@ async def measure(groups: list[art.TrajectoryGroup], judge: Any, litellm_params:
             tau = ruler.kendall_tau(truth, [t.reward for t in scored.trajectories])
             if tau is not None:
                 taus.append(tau)
-        out = {"groups": n, "scored": len(taus), "dropped": stats.groups_dropped,
+            else:
+                flat += 1
+        out = {"groups": n, "scored": len(taus), "no_ranking": flat, "dropped": stats.groups_dropped,
                "drop_reasons": dict(stats.drop_reasons), "judge_calls": stats.judge_calls}  # fmt: skip
         if taus:
             out.update(tau_mean=statistics.fmean(taus), tau_ci=list(bootstrap_ci(taus)), taus=taus)

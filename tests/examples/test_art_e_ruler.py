@@ -86,3 +86,13 @@ async def test_tau_is_one_for_a_perfect_judge_minus_one_reversed_and_failures_ar
     with ScriptedOpenAI({"content": "no idea"}) as server:
         broken = await measure(groups, "openai/judge", params(server))
     assert broken["scored"] == 0 and broken["dropped"] == 4 and "tau_mean" not in broken
+
+    def flat(body):  # a judge that ranks nothing: every rollout scored alike
+        prompt = next(m["content"] for m in body["messages"] if m["role"] == "user")
+        items = [{"trajectory_id": i, "explanation": "x", "score": 0.5} for i, _ in BLOCK.findall(prompt)]
+        return {"content": json.dumps({"scores": items})}
+
+    groups = [g.model_copy(deep=True) for g in built]
+    with ScriptedOpenAI(flat) as server:
+        alike = await measure(groups, "openai/judge", params(server))
+    assert alike["no_ranking"] == 4 and alike["scored"] == 0 and alike["dropped"] == 0 and "tau_mean" not in alike
