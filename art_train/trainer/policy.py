@@ -100,19 +100,18 @@ class Policy:
         or off (the base model: GRPO's KL reference, which costs no second model)."""
         out = torch.zeros(n_tokens)
         with self.precision():
-            self._logprobs_into(out, rows, adapter=adapter)
-        return out
-
-    def _logprobs_into(self, out: torch.Tensor, rows: list[Row], *, adapter: bool) -> None:
-        for row in rows:
-            if adapter:
-                logp, _ = row_logprobs(self.causal_lm, row.input_ids, row.position_ids, row.pred_index, row.targets)
-            else:
-                with self.peft.disable_adapter():
+            for row in rows:
+                if adapter:
                     logp, _ = row_logprobs(
                         self.causal_lm, row.input_ids, row.position_ids, row.pred_index, row.targets
                     )
-            out[row.token_index] = logp.float().cpu()
+                else:
+                    with self.peft.disable_adapter():
+                        logp, _ = row_logprobs(
+                            self.causal_lm, row.input_ids, row.position_ids, row.pred_index, row.targets
+                        )
+                out[row.token_index] = logp.float().cpu()
+        return out
 
     @contextmanager
     def training(self) -> Iterator[None]:
