@@ -46,4 +46,14 @@ class BackendConfig(BaseModel):
             "engine's own (vLLM) or 2e-3 at full precision, 0.1 at half."
         ),
     )
+    sync_probe_tokens: int = Field(
+        256,
+        ge=0,
+        description=(
+            "Tokens of each step's trained sequences added to the weight-sync probe, on which the engine's "
+            "move from the previous checkpoint (and step 0) must match the trainer's. Each is run under three "
+            "checkpoints on both sides: on a CPU with short steps that can cost as much as the step itself, "
+            "so lower it there (0: the fixed probe and the weight identity only)."
+        ),
+    )
     port: int = Field(0, ge=0, le=65535, description="Port of the OpenAI endpoint; 0 picks a free one.")

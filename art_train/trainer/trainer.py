@@ -261,7 +261,7 @@ class Trainer:
 
     # ----- the weight-sync probe -----
 
-    def probe_sequences(self, step: int, budget: int = 1024) -> list[list[int]]:
+    def probe_sequences(self, step: int, budget: int = 256) -> list[list[int]]:
         """Token ids of the sequences checkpoint `step` was trained on (most trained tokens first), up to
         `budget` tokens in all: where the step moved the policy, so the weight-sync check can see it."""
         from .tokenize import TokenizeStats, tokenize_trajectory

