@@ -15,6 +15,13 @@ __all__ = ["autorl", "build_parser", "main", "serve"]
 console = Console(stderr=True)
 
 
+def _count(text: str) -> int:
+    """An argparse type: a whole number >= 0."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0")
+    return int(text)
+
+
 def _loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -46,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--engine-dtype", choices=["auto", "float32", "bfloat16", "float16"], default=None,
                    help="weights' dtype in the transformers engine (default: each model's config.dtype; 'auto' is "
                         "bfloat16 on GPUs and on CPUs with native bfloat16, else float32)")
+    s.add_argument("--sync-probe-tokens", type=_count, default=256,
+                   help="trained tokens in each step's weight-sync probe (default 256; 0: fixed probe and identity only)")
     s.add_argument("--max-request-mb", type=float, default=256,
                    help="largest request body accepted, in MB (default 256); larger ones get a 413")
     s.add_argument("--log-level", default="info")
@@ -90,7 +99,8 @@ def serve(args: argparse.Namespace) -> int:
                       "(or set ART_API_KEY), or bind 127.0.0.1[/red]")
         return 2
     service = ModelService(BackendConfig(path=args.path, engine=args.engine, device=args.device, port=args.port,
-                                         vllm_python=args.vllm_python, engine_dtype=args.engine_dtype))
+                                         vllm_python=args.vllm_python, engine_dtype=args.engine_dtype,
+                                         sync_probe_tokens=args.sync_probe_tokens))
     app = create_app(service, api_key=args.api_key, max_body_bytes=int(args.max_request_mb * 2**20))
 
     @app.on_event("shutdown")

@@ -197,3 +197,12 @@ async def test_vllm_engine_catches_a_stale_adapter(tmp_path: Path) -> None:
                 assert result.metrics["weight_sync/distinguishable"] == 0.0
     finally:
         await backend.close()
+
+
+def test_art_serve_takes_the_probe_size_and_rejects_a_negative_one(capsys: pytest.CaptureFixture[str]) -> None:
+    from art_train.cli import build_parser, main
+
+    assert build_parser().parse_args(["serve", "--sync-probe-tokens", "64"]).sync_probe_tokens == 64
+    with pytest.raises(SystemExit) as exc:
+        main(["serve", "--sync-probe-tokens", "-1"])
+    assert exc.value.code == 2 and "'-1' is not a whole number >= 0" in capsys.readouterr().err
