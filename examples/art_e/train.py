@@ -57,12 +57,13 @@ class Config:
     max_seq_len: int = 2048
     lora_rank: int = 8
     autocast: str = ""  # "bfloat16": mixed-precision training (ModelConfig.autocast); "" for none
+    sync_probe_tokens: int = 256  # trained tokens in the weight-sync probe (BackendConfig; 0: identity + fixed probe)
 
 
 CONFIGS = {
     # SmolLM2-135M on 2 CPU cores
-    "cpu": Config(base_model="smollm2-135m", train_inboxes=12, sft_examples=128, sft_epochs=1, sft_batch=4,
-                  sft_lr=5e-4, rl_steps=2, rl_temperature=0.7, autocast="bfloat16"),  # fmt: skip
+    "cpu": Config(base_model="smollm2-135m", train_inboxes=12, sft_examples=160, sft_epochs=1, sft_batch=4,
+                  sft_lr=5e-4, rl_steps=2, rl_temperature=0.7, autocast="bfloat16", sync_probe_tokens=0),  # fmt: skip
     # the 0.5B Qwen with native tool calls, or any bigger model, on one GPU
     "gpu": Config(
         base_model="qwen2.5-0.5b",
@@ -243,7 +244,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                                config=art.ModelConfig(lora_rank=cfg.lora_rank, lora_alpha=2 * cfg.lora_rank,
                                                       max_seq_len=cfg.max_seq_len, seed=args.seed,
                                                       autocast=cfg.autocast or None))  # fmt: skip
-    backend = LocalBackend(path=run / "art")
+    backend = LocalBackend(path=run / "art", sync_probe_tokens=cfg.sync_probe_tokens)
     out: dict[str, Any] = {"config": args.config, "split": args.split, "model": cfg.base_model, "settings": asdict(cfg), "seed": args.seed,
                            "train_questions": len(train_q), "heldout_inboxes": [i.id for i in heldout]}  # fmt: skip
     stages: dict[str, Any] = {}
