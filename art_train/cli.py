@@ -33,6 +33,7 @@ def _loopback(host: str) -> bool:
 
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
+    from .config import BackendConfig  # pydantic only: no torch at parse time
 
     parser = argparse.ArgumentParser(prog="art", description="ART, the Agent Reinforcement Trainer")
     parser.add_argument("--version", action="version", version=f"art {__version__}")
@@ -53,8 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--engine-dtype", choices=["auto", "float32", "bfloat16", "float16"], default=None,
                    help="weights' dtype in the transformers engine (default: each model's config.dtype; 'auto' is "
                         "bfloat16 on GPUs and on CPUs with native bfloat16, else float32)")
-    s.add_argument("--sync-probe-tokens", type=_count, default=256,
-                   help="trained tokens in each step's weight-sync probe (default 256; 0: fixed probe and identity only)")
+    s.add_argument("--sync-probe-tokens", type=_count, default=BackendConfig.model_fields["sync_probe_tokens"].default,
+                   help="trained tokens in each step's weight-sync probe (default %(default)s; 0: fixed probe and identity only)")
     s.add_argument("--max-request-mb", type=float, default=256,
                    help="largest request body accepted, in MB (default 256); larger ones get a 413")
     s.add_argument("--log-level", default="info")

@@ -417,9 +417,8 @@ class ModelService:
         trainer, engine = entry.trainer, entry.engine
         adapter = self.adapter_name(entry, step)
         t0 = time.perf_counter()
-        budget = self.config.sync_probe_tokens
-        trained_probe = await asyncio.to_thread(trainer.probe_sequences, step, budget) if budget else []
-        probes = [self.probe_ids(entry), *trained_probe]
+        trained = await asyncio.to_thread(trainer.probe_sequences, step, self.config.sync_probe_tokens)
+        probes = [self.probe_ids(entry), *trained]
         existing = set(entry.rundir.checkpoint_steps())
         alternatives = {"previous": step - 1, "step0": 0} if step > 1 else {"previous": 0} if step == 1 else {}
         alternatives = {k: a for k, a in alternatives.items() if a in existing}

@@ -99,17 +99,9 @@ class Policy:
         """[n_tokens] logprobs of every trained token of `rows`, with the adapter on (the current policy)
         or off (the base model: GRPO's KL reference, which costs no second model)."""
         out = torch.zeros(n_tokens)
-        with self.precision():
+        with self.precision(), nullcontext() if adapter else self.peft.disable_adapter():
             for row in rows:
-                if adapter:
-                    logp, _ = row_logprobs(
-                        self.causal_lm, row.input_ids, row.position_ids, row.pred_index, row.targets
-                    )
-                else:
-                    with self.peft.disable_adapter():
-                        logp, _ = row_logprobs(
-                            self.causal_lm, row.input_ids, row.position_ids, row.pred_index, row.targets
-                        )
+                logp, _ = row_logprobs(self.causal_lm, row.input_ids, row.position_ids, row.pred_index, row.targets)
                 out[row.token_index] = logp.float().cpu()
         return out
 

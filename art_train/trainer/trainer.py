@@ -261,12 +261,13 @@ class Trainer:
 
     # ----- the weight-sync probe -----
 
-    def probe_sequences(self, step: int, budget: int = 256) -> list[list[int]]:
+    def probe_sequences(self, step: int, budget: int) -> list[list[int]]:
         """Token ids of the sequences checkpoint `step` was trained on (most trained tokens first), up to
-        `budget` tokens in all: where the step moved the policy, so the weight-sync check can see it."""
+        `budget` tokens in all (`BackendConfig.sync_probe_tokens`): where the step moved the policy, so
+        the weight-sync check can see it."""
         from .tokenize import TokenizeStats, tokenize_trajectory
 
-        if not self.rundir.trajectories_path("train", step).exists():
+        if budget <= 0 or not self.rundir.trajectories_path("train", step).exists():
             return []
         seqs = [seq for group in self.rundir.read_trajectories("train", step) for traj in group.trajectories
                 for seq in tokenize_trajectory(traj, self.tokenizer, self.chat_template, stats=TokenizeStats())

@@ -57,7 +57,7 @@ class Config:
     max_seq_len: int = 2048
     lora_rank: int = 8
     autocast: str = ""  # "bfloat16": mixed-precision training (ModelConfig.autocast); "" for none
-    sync_probe_tokens: int = 256  # trained tokens in the weight-sync probe (BackendConfig; 0: identity + fixed probe)
+    sync_probe_tokens: int | None = None  # trained tokens in the weight-sync probe (None: the backend's default; 0: identity + fixed probe)
 
 
 CONFIGS = {
