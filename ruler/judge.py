@@ -93,7 +93,9 @@ def extract_json(text: str) -> Any:
     """The first JSON value in `text` that holds scores: bare, in a fenced block or inside prose."""
     text = text.strip()
     candidates = [text] + [m.group(1) for m in re.finditer(r"```(?:json)?\s*(.*?)```", text, re.S)]
-    decoder = json.JSONDecoder()
+    # strict=False: raw control characters inside strings, which constrained decoders write (xgrammar's
+    # maxLength strings admit a tab), are taken rather than failing an otherwise whole answer
+    decoder = json.JSONDecoder(strict=False)
     for candidate in candidates:
         for start in (i for i, ch in enumerate(candidate) if ch in "{["):
             try:
@@ -154,11 +156,25 @@ def transient_errors() -> tuple[type[BaseException], ...]:
     )
 
 
-def group_schema(ids: list[str], max_explanation: int = 300) -> dict[str, Any]:
+MAX_EXPLANATION = 300  # characters per explanation in the exact schema
+_ENTRY_BYTES = 72  # an entry's JSON around its explanation (id up to 4 digits, longest score, ", ")
+
+
+def explanation_limit(max_tokens: int | None, n: int) -> int:
+    """The explanation length (characters) that lets `n` entries fit in `max_tokens` even at one token
+    per byte, the worst a byte-level tokenizer does on ASCII; `MAX_EXPLANATION` when uncapped. Without
+    it a judge cut off at max_tokens mid-explanation returns no JSON at all."""
+    if not max_tokens or n < 1:
+        return MAX_EXPLANATION
+    return max(0, min(MAX_EXPLANATION, (max_tokens - 16) // n - _ENTRY_BYTES))
+
+
+def group_schema(ids: list[str], max_explanation: int = MAX_EXPLANATION) -> dict[str, Any]:
     """The answer's JSON schema for one group: one entry per id, in order, each score from 0 to 1.
 
     A server that decodes under it (constrained decoding) can only return a usable answer, so even a
-    small judge is measured on its ranking rather than its JSON.
+    small judge is measured on its ranking rather than its JSON (given max_tokens room for it: see
+    `explanation_limit`).
     """
 
     def entry(i: str) -> dict[str, Any]:
@@ -238,12 +254,15 @@ class Judge:
             "max_retries": 0,
             **self.litellm_params,
         }
-        if self.use_structured():
-            kwargs["response_format"] = (
-                {"type": "json_schema", "json_schema": {"name": "judge_answer", "schema": group_schema(ids)}}
-                if self.exact_schema and ids
-                else JudgeAnswer
-            )
+        if self.use_structured() and self.exact_schema and ids:
+            limit = explanation_limit(kwargs.get("max_tokens"), len(ids))
+            schema = group_schema(ids, limit)
+            kwargs["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "judge_answer", "schema": schema},
+            }
+        elif self.use_structured():
+            kwargs["response_format"] = JudgeAnswer
 
         @retry(max_attempts=self.max_attempts, delay=self.retry_delay, exceptions=transient_errors())
         async def call() -> Any:
@@ -287,6 +306,7 @@ __all__ = [
     "JudgeError",
     "TrajectoryScore",
     "Usage",
+    "explanation_limit",
     "extract_json",
     "group_schema",
     "parse_answer",

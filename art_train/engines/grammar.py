@@ -5,6 +5,10 @@ xgrammar's compiler keeps the cache), and each choice gets its own matcher. Ever
 engine masks the logits of rows with a matcher to the tokens the grammar allows, samples, and feeds
 the chosen token back; a matcher that has accepted a stop token ends its sequence.
 
+Strings bounded by minLength/maxLength are compiled as the equivalent `pattern`: xgrammar 0.2.9 turns
+the bounds into a character class that admits raw control characters (a tab inside a string, which
+strict JSON parsers refuse; xgrammar issue #800), where its pattern path keeps to JSON.
+
 The JSON comes out on one line (", " and ": " separators, no free whitespace): with any whitespace
 allowed, small models run to max_tokens on newlines and spaces. vLLM allows any whitespace by default
 (its --structured-outputs-config disable_any_whitespace turns that off). xgrammar is imported on the
@@ -57,7 +61,31 @@ def schema_for(response_format: dict[str, Any] | None) -> str | None:
     schema = spec.get("schema") if isinstance(spec, dict) else None
     if not isinstance(schema, dict):
         raise _bad("response_format.json_schema.schema is missing or not an object")
-    return json.dumps(schema)
+    return json.dumps(_bounded_strings_as_patterns(schema))
+
+
+_BOUNDED = "^[^\\x00-\\x1f]{%d,%s}$"  # any characters but the control ones, min to max of them
+_STRING_RULES = {"pattern", "format", "enum", "const"}
+
+
+def _bounded_strings_as_patterns(node: Any) -> Any:
+    """`node` with every {"type": "string", "minLength"/"maxLength"} schema in it written as a pattern."""
+    if isinstance(node, list):
+        return [_bounded_strings_as_patterns(x) for x in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _bounded_strings_as_patterns(v) for k, v in node.items()}
+    low, high = out.get("minLength", 0), out.get("maxLength")
+    if (
+        out.get("type") == "string"
+        and ("minLength" in out or "maxLength" in out)
+        and not _STRING_RULES & out.keys()
+        and all(isinstance(b, int) and b >= 0 for b in (low, 0 if high is None else high))
+    ):
+        out.pop("minLength", None)
+        out.pop("maxLength", None)
+        out["pattern"] = _BOUNDED % (low, "" if high is None else high)
+    return out
 
 
 def _xgrammar() -> Any:

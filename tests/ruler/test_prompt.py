@@ -147,6 +147,9 @@ def test_answer_parsing_is_lenient_in_form_and_strict_in_content() -> None:
     assert extract_json(prose)["scores"][0]["explanation"] == "good"
     bare_list = '[{"trajectory_id": "1", "explanation": "x", "score": 1}]'
     assert extract_json(bare_list) == {"scores": [{"trajectory_id": "1", "explanation": "x", "score": 1}]}
+    # a raw tab in an explanation (xgrammar's maxLength strings admit one; CI's tiny judge wrote it)
+    tabbed = '{"scores": [{"trajectory_id": "1", "explanation": "{} a\tb", "score": 1}]}'
+    assert parse_answer(tabbed, ["1"])["1"].explanation == "{} a\tb"
     with pytest.raises(BadAnswer, match="scored twice"):
         parse_answer('{"scores": [{"trajectory_id": "1", "explanation": "", "score": 1}, {"trajectory_id": "1", "explanation": "", "score": 0}]}', ["1"])
     with pytest.raises(BadAnswer, match="schema"):

@@ -11,6 +11,7 @@ import pytest
 import art_core as art
 import ruler
 from ruler import JudgeError, RulerStats
+from ruler.judge import explanation_limit
 from tests.ruler.conftest import TOOLS, answer, judge_by, rollout, shown, solved
 from tests.support.scripted_openai import ScriptedOpenAI
 
@@ -112,6 +113,30 @@ async def test_a_judge_served_by_an_art_backend_gets_response_format_by_default(
     assert [e["properties"]["trajectory_id"]["const"] for e in entries] == ["1", "2"]
     assert schema["properties"]["scores"]["maxItems"] == 2
     assert entries[0]["properties"]["score"] == {"type": "number", "minimum": 0, "maximum": 1}
+    assert entries[0]["properties"]["explanation"]["maxLength"] == 300  # no max_tokens: the full length
+
+
+async def test_a_capped_judge_gets_explanations_short_enough_to_finish() -> None:
+    """A reply cut off at max_tokens mid-explanation holds no JSON (the flake CI met: a tiny random
+    judge writing one-character tokens); under a cap each explanation is bounded to fit."""
+    group = art.TrajectoryGroup([rollout("It is invoice-42.", searched=True), rollout("No idea."), rollout("?")])
+    with ScriptedOpenAI(judge_by(solved)) as server:
+        served = art.Model(name="judge", project="ruler-test")
+        await served.register(_ServedBy(server.url))
+        await ruler.score_group(group, judge=served, litellm_params={"max_tokens": 400}, **FAST)
+    entries = server.requests[0]["response_format"]["json_schema"]["schema"]["properties"]["scores"]["prefixItems"]
+    assert [e["properties"]["explanation"]["maxLength"] for e in entries] == [explanation_limit(400, 3)] * 3
+    assert explanation_limit(400, 3) == 56
+
+
+@pytest.mark.parametrize("max_tokens", [64, 200, 1024, 4096])
+@pytest.mark.parametrize("n", [1, 2, 4, 8, 16])
+def test_the_longest_answer_the_schema_allows_fits_the_cap_at_one_token_per_byte(max_tokens, n) -> None:
+    limit = explanation_limit(max_tokens, n)
+    entry = {"trajectory_id": "9999", "explanation": "x" * limit, "score": 0.0000001}
+    longest = json.dumps({"scores": [dict(entry, trajectory_id=str(9990 + i)) for i in range(n)]})
+    assert limit == 0 or len(longest.encode()) <= max_tokens
+    assert limit <= 300 and (max_tokens < 4096 or n > 8 or limit == 300)
 
 
 async def test_wrong_count_gets_one_corrective_retry(group: art.TrajectoryGroup) -> None:

@@ -160,6 +160,31 @@ async def test_mask_logits_on_hand_made_logits(engine: TransformersEngine) -> No
     assert set(allowed) <= engine.eos_ids  # the object is whole: only a stop token may follow
 
 
+BOUNDED = {"type": "json_schema", "json_schema": {"name": "s", "schema": {
+    "type": "object", "properties": {"e": {"type": "string", "minLength": 1, "maxLength": 3}},
+    "required": ["e"], "additionalProperties": False}}}  # fmt: skip
+
+
+async def test_bounded_strings_admit_no_raw_control_character(engine: TransformersEngine) -> None:
+    """xgrammar compiles maxLength to a class that admits a raw tab, which is not JSON (a judge's
+    explanation in CI had one); the engine compiles the bounds as a pattern that keeps to JSON."""
+
+    def whole(text: str) -> bool:
+        (matcher,) = engine.grammars.matchers(schema_for(BOUNDED), n=1)
+        return matcher.accept_string(text) and matcher.is_completed()
+
+    assert whole('{"e": "abc"}') and whole('{"e": "é"}') and json.loads('{"e": "é"}')
+    assert not whole('{"e": "a\tb"}') and not whole('{"e": "abcd"}') and not whole('{"e": ""}')
+    tok = engine.tokenizer
+    (tab,) = tok.encode("\t", add_special_tokens=False)
+    logits = torch.zeros(1, engine.model.config.vocab_size)
+    logits[0, tab] = 10.0  # a model that would write a tab next
+    (matcher,) = engine.grammars.matchers(schema_for(BOUNDED), n=1)
+    assert matcher.accept_string('{"e": "a')
+    masked = mask_logits(logits, [matcher])
+    assert masked[0, tab] == float("-inf") and masked[0].isfinite().sum() > 1000
+
+
 def test_missing_xgrammar_names_the_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "xgrammar", None)  # import xgrammar raises ImportError
     with pytest.raises(EngineError, match=r"pip install xgrammar") as info:
