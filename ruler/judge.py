@@ -254,15 +254,15 @@ class Judge:
             "max_retries": 0,
             **self.litellm_params,
         }
-        if self.use_structured() and self.exact_schema and ids:
-            limit = explanation_limit(kwargs.get("max_tokens"), len(ids))
-            schema = group_schema(ids, limit)
-            kwargs["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {"name": "judge_answer", "schema": schema},
-            }
-        elif self.use_structured():
-            kwargs["response_format"] = JudgeAnswer
+        if self.use_structured():
+            if self.exact_schema and ids:
+                schema = group_schema(ids, explanation_limit(kwargs.get("max_tokens"), len(ids)))
+                kwargs["response_format"] = {
+                    "type": "json_schema",
+                    "json_schema": {"name": "judge_answer", "schema": schema},
+                }
+            else:
+                kwargs["response_format"] = JudgeAnswer
 
         @retry(max_attempts=self.max_attempts, delay=self.retry_delay, exceptions=transient_errors())
         async def call() -> Any:

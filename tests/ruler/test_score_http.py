@@ -117,8 +117,9 @@ async def test_a_judge_served_by_an_art_backend_gets_response_format_by_default(
 
 
 async def test_a_capped_judge_gets_explanations_short_enough_to_finish() -> None:
-    """A reply cut off at max_tokens mid-explanation holds no JSON (the flake CI met: a tiny random
-    judge writing one-character tokens); under a cap each explanation is bounded to fit."""
+    """A reply cut off at max_tokens mid-explanation holds no JSON (a tiny random judge writing
+    one-character tokens could run 4 x 300 characters past 1,024 tokens); under a cap each
+    explanation is bounded to fit."""
     group = art.TrajectoryGroup([rollout("It is invoice-42.", searched=True), rollout("No idea."), rollout("?")])
     with ScriptedOpenAI(judge_by(solved)) as server:
         served = art.Model(name="judge", project="ruler-test")
