@@ -52,6 +52,7 @@ class Config:
     group_size: int = 4
     rl_lr: float = 1e-4
     rl_temperature: float = 1.0  # sampling temperature of the RL rollouts
+    rl_scale_rewards: bool = True  # divide each group's advantages by its std (TrainConfig.scale_rewards)
     max_turns: int = 6
     max_tokens: int = 80
     max_seq_len: int = 2048
@@ -184,8 +185,9 @@ async def rl_stage(agent: Agent, questions: list[Question], cfg: Config, seed: i
             after_each=after_each, max_exceptions=0.25, show_progress=False,
         )  # fmt: skip
         trajs = [t for g in groups for t in g.trajectories]
-        result = await agent.model.train(groups, config=art.TrainConfig(learning_rate=cfg.rl_lr,
-                                                                         max_seq_len=cfg.max_seq_len), verbose=False)  # fmt: skip
+        config = art.TrainConfig(learning_rate=cfg.rl_lr, max_seq_len=cfg.max_seq_len,
+                                 scale_rewards=cfg.rl_scale_rewards)  # fmt: skip
+        result = await agent.model.train(groups, config=config, verbose=False)
         row = {"step": result.step, "reward": sum(t.reward for t in trajs) / max(1, len(trajs)),
                "correct": sum(t.metrics["correct"] for t in trajs) / max(1, len(trajs)),
                "format_error": sum(t.metrics["format_error"] for t in trajs) / max(1, len(trajs))}  # fmt: skip
@@ -277,6 +279,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def _flag(text: str) -> bool:
+    """A boolean setting on the command line: true/false, yes/no, 1/0."""
+    value = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}.get(text.lower())
+    if value is None:
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return value
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", choices=sorted(CONFIGS), default="cpu")
@@ -290,7 +300,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--judge", help="score RL groups with RULER using this litellm model (e.g. openai/NAME)")
     p.add_argument("--judge-api-base", help="the judge's OpenAI-compatible base URL")
     for name in Config.__dataclass_fields__:  # every setting can be overridden: --rl-steps 3
-        p.add_argument(f"--{name.replace('_', '-')}", type=type(getattr(CONFIGS["cpu"], name)), default=None)
+        kind = type(getattr(CONFIGS["cpu"], name))
+        p.add_argument(f"--{name.replace('_', '-')}", type=_flag if kind is bool else kind, default=None)
     return p.parse_args(argv)
 
 
