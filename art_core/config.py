@@ -87,11 +87,13 @@ class ModelConfig(BaseModel):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="Weights' dtype: 'auto' is bfloat16 on GPU, float32 on CPU."
     )
-    autocast: Literal["bfloat16"] | None = Field(
+    autocast: Literal["bfloat16", "auto"] | None = Field(
         None,
         description="Mixed precision for training: the decoder's matmuls run in this dtype under torch.autocast "
         "while weights, LoRA and optimizer stay in `dtype` (the logprob head stays in float32). About 1.7x "
-        "faster training steps on CPUs with native bfloat16 (AVX512-BF16, AMX). None: no autocast.",
+        "faster training steps on CPUs with native bfloat16 (AVX512-BF16, AMX), but dozens of times slower on "
+        "CPUs without it (AVX2 only). 'auto': bfloat16 on a GPU or a CPU with native bfloat16, else none. "
+        "None: no autocast.",
     )
     max_seq_len: int = Field(4096, ge=16, description="Longest sequence served or trained.")
     engine: Literal["transformers", "vllm"] = Field("transformers", description="Inference engine.")

@@ -23,7 +23,7 @@ from pydantic import BaseModel
 
 from art_core import RunDir, SFTConfig, TrainableModel, TrainConfig, TrainResult, Trajectory, TrajectoryGroup
 
-from ..models import chat_template_for, load_causal_lm, load_tokenizer, resolve_base_model
+from ..models import chat_template_for, load_causal_lm, load_tokenizer, resolve_base_model, training_autocast
 from .checkpoints import Checkpoints
 from .grpo import grpo_step
 from .policy import Policy, Progress
@@ -113,7 +113,8 @@ class Trainer:
         self.policy = Policy(peft=peft, optimizer=optimizer, tokenizer=tokenizer, chat_template=chat_template,
                              device=self.device, max_seq_len=config.max_seq_len,
                              gradient_checkpointing=config.gradient_checkpointing,
-                             prefix_preserving=prefix_preserving, autocast=config.autocast)
+                             prefix_preserving=prefix_preserving,
+                             autocast=training_autocast(config.autocast, self.device))
         if latest is None:
             self.step = 0
             self._save(0)

@@ -57,14 +57,14 @@ class Config:
     max_tokens: int = 80
     max_seq_len: int = 2048
     lora_rank: int = 8
-    autocast: str = ""  # "bfloat16": mixed-precision training (ModelConfig.autocast); "" for none
+    autocast: str = ""  # ModelConfig.autocast: "auto" (bfloat16 where the CPU has it natively), "bfloat16", "" for none
     sync_probe_tokens: int | None = None  # trained tokens in the weight-sync probe (None: the backend's default; 0: identity + fixed probe)
 
 
 CONFIGS = {
     # SmolLM2-135M on 2 CPU cores
     "cpu": Config(base_model="smollm2-135m", train_inboxes=12, sft_examples=152, sft_epochs=1, sft_batch=4,
-                  sft_lr=5e-4, rl_steps=2, rl_lr=3e-4, rl_temperature=0.7, autocast="bfloat16",
+                  sft_lr=5e-4, rl_steps=2, rl_lr=3e-4, rl_temperature=0.7, autocast="auto",
                   sync_probe_tokens=0),  # fmt: skip
     # the 0.5B Qwen with native tool calls, or any bigger model, on one GPU
     "gpu": Config(

@@ -55,3 +55,15 @@ def test_results_hold_every_stage_measured_so_far():
     acc = out["accuracy"]
     assert acc["sft_rl"]["mean"] == 1.0 and acc["sft_rl_minus_base"]["diff"] == 0.75
     assert acc["sft_rl_minus_sft"]["diff"] == out["differences"]["rl-sft"]["diff"] == 0.25
+
+
+def test_boolean_settings_parse_true_and_false_and_refuse_anything_else(capsys):
+    """`--rl-scale-rewards false` turns std scaling off (a plain bool() would read "false" as True)."""
+    from examples.art_e.train import parse_args
+
+    assert parse_args(["--rl-scale-rewards", "false"]).rl_scale_rewards is False
+    assert parse_args(["--rl-scale-rewards", "Yes"]).rl_scale_rewards is True
+    assert parse_args([]).rl_scale_rewards is None  # the configuration's value stands
+    with pytest.raises(SystemExit):
+        parse_args(["--rl-scale-rewards", "maybe"])
+    assert "expected true or false, got 'maybe'" in capsys.readouterr().err

@@ -75,3 +75,37 @@ def test_sft_rows_share_the_system_prompt(tiny_model_path, tmp_path) -> None:  #
         hook.remove()
     assert len(calls) == 4  # the shared prompt, then the three suffixes
     assert calls[0] > max(calls[1:])  # the system prompt is the longest part
+
+
+@pytest.mark.parametrize(
+    ("asked", "device", "native", "expected"),
+    [
+        (None, "cpu", True, None),
+        ("auto", "cpu", True, "bfloat16"),
+        ("auto", "cpu", False, None),  # AVX2 only: bfloat16 matmuls are emulated, float32 is faster
+        ("auto", "cuda:0", False, "bfloat16"),
+        ("bfloat16", "cpu", True, "bfloat16"),
+        ("bfloat16", "cpu", False, "bfloat16"),  # kept as asked, with a warning
+    ],
+)
+def test_training_autocast_is_bfloat16_only_where_native_unless_asked(monkeypatch, caplog, asked, device, native, expected):  # noqa: ANN001, E501
+    from art_train import models
+
+    monkeypatch.setattr(models, "cpu_has_native_bf16", lambda: native)
+    with caplog.at_level("WARNING", logger="art_train.models"):
+        assert models.training_autocast(asked, device) == expected
+    warned = "without native bfloat16" in caplog.text
+    assert warned == (asked == "bfloat16" and device == "cpu" and not native)
+    if warned:
+        assert "autocast='auto'" in caplog.text  # the message names the fix
+
+
+def test_trainer_resolves_auto_autocast_for_this_machine(monkeypatch, tiny_model_path, tmp_path) -> None:  # noqa: ANN001
+    from art_train import models
+
+    for native, expected in ((False, None), (True, "bfloat16")):
+        monkeypatch.setattr(models, "cpu_has_native_bf16", lambda native=native: native)
+        trainer = _sft_trainer(tiny_model_path, tmp_path, f"auto-{native}", "auto")
+        assert trainer.policy.autocast == expected
+    with pytest.raises(ValueError, match="autocast"):
+        art.ModelConfig(autocast="float16")
