@@ -100,7 +100,7 @@ def test_training_autocast_is_bfloat16_only_where_native_unless_asked(monkeypatc
         assert "autocast='auto'" in caplog.text  # the message names the fix
 
 
-def test_trainer_resolves_auto_autocast_for_this_machine(monkeypatch, tiny_model_path, tmp_path) -> None:  # noqa: ANN001
+def test_trainer_resolves_auto_autocast_by_the_cpu(monkeypatch, tiny_model_path, tmp_path) -> None:  # noqa: ANN001
     from art_train import models
 
     for native, expected in ((False, None), (True, "bfloat16")):
