@@ -49,6 +49,17 @@ def _on_gpu() -> bool:
         return False
 
 
+def _cpu_dtype() -> str:
+    """vLLM's dtype on CPU: bfloat16 where the CPU multiplies it natively, else float32 (emulated bfloat16
+    is many times slower there: `benchmarks/autocast.py`)."""
+    try:
+        from ..models import cpu_has_native_bf16
+
+        return "bfloat16" if cpu_has_native_bf16() else "float32"
+    except ImportError:
+        return "bfloat16"
+
+
 class VLLMEngine:
     """Serves a base model and LoRA adapters through a vLLM OpenAI server in a child process.
 
@@ -75,8 +86,9 @@ class VLLMEngine:
         self.startup_timeout = startup_timeout
         self.url = f"http://127.0.0.1:{self.port}"
         self.gpu = _on_gpu()
+        self.cpu_dtype = None if self.gpu else _cpu_dtype()
         # bfloat16 on CPU against a float32 trainer: rounding alone moves some probe tokens by ~0.25
-        self.sync_tolerance: float | None = 0.02 if self.gpu else 0.5
+        self.sync_tolerance: float | None = 0.5 if self.cpu_dtype == "bfloat16" else 0.02
         self.sync_reference_dtype: str | None = None  # the trainer's own precision, within sync_tolerance
         self.vllm_tool_parser = getattr(model_config, "tool_parser", None) or "hermes"  # refined in start()
         self._adapters: dict[str, Path] = {}
@@ -107,7 +119,7 @@ class VLLMEngine:
             "--chat-template", str(template_file),
         ]
         if not self.gpu:
-            args += ["--dtype", "bfloat16", "--enforce-eager"]
+            args += ["--dtype", str(self.cpu_dtype), "--enforce-eager"]
         return args + self.extra_args
 
     def _spawn(self) -> None:

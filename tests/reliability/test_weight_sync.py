@@ -187,7 +187,7 @@ async def test_vllm_engine_catches_a_stale_adapter(tmp_path: Path) -> None:
         await model.register(backend)
         seen = await _stale_steps_fail(backend, model, identity=True)
         assert "the engine holds adapter weights" in seen["stale_1"] and "checkpoint 0's" in seen["stale_0"]
-        # the probe alone, on vLLM's bfloat16: it fails the stale step, or says it cannot tell; never a pass
+        # the probe alone (vLLM in bfloat16 or float32 by the CPU): it fails the stale step, or says it cannot tell; never a pass
         with without_identity(backend, "vsync"), engine_loads(backend, "vsync", 4, 3):
             try:
                 result = await model.train(await groups_for(model), config=LR, verbose=False)

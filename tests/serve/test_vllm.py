@@ -67,7 +67,7 @@ async def test_vllm_engine_serves_trains_swaps_and_restarts(tmp_path: Path) -> N
             assert sample["token_ids"] == traj.metadata["served_ids"] and sample["step"] == 0
             assert len(sample["token_ids"]) == len(sample["logprobs"]) > 0
         result = await model.train(groups, config=art.TrainConfig(learning_rate=1e-3), verbose=False)
-        assert result.step == 1 and result.metrics["weight_sync/max_abs_diff"] < 0.5  # bfloat16 on CPU
+        assert result.step == 1 and result.metrics["weight_sync/max_abs_diff"] < 0.5  # bfloat16 on CPU (float32: ~1e-4)
         r = await client.chat.completions.create(model=model.served_name(), messages=prompt, max_tokens=4)
         assert r.model_extra["art_step"] == 1
 
