@@ -60,6 +60,17 @@ def _cpu_dtype() -> str:
         return "bfloat16"
 
 
+def _dtype_in(args: list[str]) -> str | None:
+    """The last ``--dtype X`` or ``--dtype=X`` in `args` (vLLM takes the last one)."""
+    found = None
+    for i, arg in enumerate(args):
+        if arg == "--dtype" and i + 1 < len(args):
+            found = args[i + 1]
+        elif arg.startswith("--dtype="):
+            found = arg.split("=", 1)[1]
+    return found
+
+
 class VLLMEngine:
     """Serves a base model and LoRA adapters through a vLLM OpenAI server in a child process.
 
@@ -86,7 +97,8 @@ class VLLMEngine:
         self.startup_timeout = startup_timeout
         self.url = f"http://127.0.0.1:{self.port}"
         self.gpu = _on_gpu()
-        self.cpu_dtype = None if self.gpu else _cpu_dtype()
+        # what vLLM serves on CPU: a --dtype in extra_args (it comes last and wins), else by the CPU
+        self.cpu_dtype = None if self.gpu else _dtype_in(self.extra_args) or _cpu_dtype()
         # bfloat16 on CPU against a float32 trainer: rounding alone moves some probe tokens by ~0.25
         self.sync_tolerance: float | None = 0.5 if self.cpu_dtype == "bfloat16" else 0.02
         self.sync_reference_dtype: str | None = None  # the trainer's own precision, within sync_tolerance
