@@ -20,6 +20,7 @@ import json
 import logging
 import random
 import resource
+import shutil
 import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
@@ -198,7 +199,46 @@ async def rl_stage(agent: Agent, questions: list[Question], cfg: Config, seed: i
 
 def stage_dict(result: Any, mean_reward: float) -> dict[str, Any]:
     return {"step": result.step, "accuracy": result.mean, "ci": list(result.ci), "art_e_reward": mean_reward,
-            "questions": len(result.task_ids)}  # fmt: skip
+            "questions": len(result.task_ids), "task_ids": result.task_ids, "scores": result.scores}  # fmt: skip
+
+
+def start_from(source: Path, run: Path, name: str, cfg: Config) -> dict[str, Any]:
+    """Copy the SFT checkpoint of an earlier run (its folder: `--output` of that run) into this run as
+    its starting step; return that run's results. RL variants can then share one SFT warm-up."""
+    results = source / "results.json"
+    if not results.is_file():
+        raise SystemExit(f"--init-from {source}: no results.json there; give the --output folder of an "
+                         "earlier train.py run that finished its SFT stage")  # fmt: skip
+    prior = json.loads(results.read_text())
+    sft = prior.get("stages", {}).get("sft")
+    if sft is None:
+        raise SystemExit(f"--init-from {source}: that run has no evaluated SFT stage in results.json; "
+                         "let it run past SFT (or use --rl-steps 0) first")  # fmt: skip
+    for key in ("base_model", "lora_rank", "max_seq_len"):
+        if prior["settings"][key] != getattr(cfg, key):
+            raise SystemExit(f"--init-from {source}: that run used {key}={prior['settings'][key]!r}, this one "
+                             f"{getattr(cfg, key)!r}; pass --{key.replace('_', '-')} {prior['settings'][key]}")  # fmt: skip
+    found = sorted((source / "art").glob(f"*/models/*/checkpoints/{sft['step']:04d}"))
+    if len(found) != 1:
+        raise SystemExit(f"--init-from {source}: expected one checkpoint {sft['step']} (its SFT step) under "
+                         f"{source / 'art'}, found {len(found)}")  # fmt: skip
+    dest = run / "art" / "art-e" / "models" / name / "checkpoints"
+    if dest.exists():
+        raise SystemExit(f"--init-from: {run} already holds checkpoints of {name}; give a new --output folder")
+    shutil.copytree(found[0], dest / found[0].name)
+    logger.info("starting from %s (step %d of %s)", found[0], sft["step"], source)
+    return prior
+
+
+def earlier_stage(prior: dict[str, Any], name: str, split: str, questions: list[Question]) -> Any:
+    """An earlier run's evaluation of stage `name` as (EvalResult, mean reward), if it scored these very
+    questions; None otherwise (runs before per-question scores were kept, another split)."""
+    stage = prior.get("stages", {}).get(name, {})
+    if prior.get("split") != split or stage.get("task_ids") != [q.id for q in questions]:
+        return None
+    result = art.EvalResult(model=f"{prior.get('name', 'earlier')}@{stage['step']}", step=stage["step"],
+                            task_ids=stage["task_ids"], rewards=[[s] for s in stage["scores"]])  # fmt: skip
+    return result, stage["art_e_reward"]
 
 
 def summarise(out: dict[str, Any], stages: dict[str, Any], wall: float) -> dict[str, Any]:
@@ -243,18 +283,20 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     )
 
     t0 = time.perf_counter()
-    model = art.TrainableModel(name=f"art-e-{args.config}-s{args.seed}", project="art-e", base_model=base_model,
+    name = f"art-e-{args.config}-s{args.seed}"
+    prior = start_from(Path(args.init_from), run, name, cfg) if args.init_from else None
+    model = art.TrainableModel(name=name, project="art-e", base_model=base_model,
                                config=art.ModelConfig(lora_rank=cfg.lora_rank, lora_alpha=2 * cfg.lora_rank,
                                                       max_seq_len=cfg.max_seq_len, seed=args.seed,
                                                       autocast=cfg.autocast or None))  # fmt: skip
     backend = LocalBackend(path=run / "art", sync_probe_tokens=cfg.sync_probe_tokens)
     out: dict[str, Any] = {"config": args.config, "split": args.split, "model": cfg.base_model, "settings": asdict(cfg), "seed": args.seed,
-                           "train_questions": len(train_q), "heldout_inboxes": [i.id for i in heldout]}  # fmt: skip
+                           "name": name, "train_questions": len(train_q), "heldout_inboxes": [i.id for i in heldout]}  # fmt: skip
     stages: dict[str, Any] = {}
     compared: dict[str, Any] = {}
 
-    async def stage(name: str, label: str) -> None:
-        stages[name] = await agent.evaluate(eval_q, label)
+    async def stage(name: str, label: str, earlier: Any = None) -> None:
+        stages[name] = earlier or await agent.evaluate(eval_q, label)
         compared.update(summarise(out, stages, time.perf_counter() - t0))
         (run / "results.json").write_text(json.dumps(out, indent=2))  # kept if a later stage fails
 
@@ -262,8 +304,13 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         await model.register(backend)
         async with InboxServers(db) as servers:
             agent = Agent(model, servers, [*train, *heldout], cfg)
-            await stage("base", "base")
-            if cfg.sft_examples > 0:
+            if prior is not None:  # the earlier run's SFT stage, evaluated again unless it scored these questions
+                out["init_from"], out["sft"] = str(args.init_from), prior.get("sft")
+                await stage("sft", "after SFT", earlier_stage(prior, "sft", args.split, eval_q))
+                logger.info("after SFT (%s): %s", args.init_from, stages["sft"][0].summary())
+            else:
+                await stage("base", "base")
+            if cfg.sft_examples > 0 and prior is None:
                 out["sft"] = await sft_stage(agent, db, train, run, cfg, args.seed)
                 await stage("sft", "after SFT")
             if cfg.rl_steps > 0:
@@ -297,6 +344,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--record", help="add the run's figures to this JSON file (benchmarks/results/examples.json)"
     )
+    p.add_argument("--init-from", metavar="RUN",
+                   help="start from the SFT checkpoint of an earlier run's --output folder: no base evaluation, no SFT")  # fmt: skip
     p.add_argument("--judge", help="score RL groups with RULER using this litellm model (e.g. openai/NAME)")
     p.add_argument("--judge-api-base", help="the judge's OpenAI-compatible base URL")
     for name in Config.__dataclass_fields__:  # every setting can be overridden: --rl-steps 3
