@@ -224,7 +224,7 @@ def start_from(source: Path, run: Path, name: str, cfg: Config) -> dict[str, Any
                          f"{source / 'art'}, found {len(found)}")  # fmt: skip
     dest = run / "art" / "art-e" / "models" / name / "checkpoints"
     if dest.exists():
-        raise SystemExit(f"--init-from: {run} already holds checkpoints of {name}; give a new --output folder")
+        raise SystemExit(f"--init-from: {run} already holds checkpoints of {name}; give a new --output folder")  # fmt: skip
     shutil.copytree(found[0], dest / found[0].name)
     logger.info("starting from %s (step %d of %s)", found[0], sft["step"], source)
     return prior
@@ -304,7 +304,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         await model.register(backend)
         async with InboxServers(db) as servers:
             agent = Agent(model, servers, [*train, *heldout], cfg)
-            if prior is not None:  # the earlier run's SFT stage, evaluated again unless it scored these questions
+            # from an earlier run: its SFT stage, evaluated again unless it scored these very questions
+            if prior is not None:
                 out["init_from"], out["sft"] = str(args.init_from), prior.get("sft")
                 await stage("sft", "after SFT", earlier_stage(prior, "sft", args.split, eval_q))
                 logger.info("after SFT (%s): %s", args.init_from, stages["sft"][0].summary())

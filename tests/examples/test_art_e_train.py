@@ -67,3 +67,75 @@ def test_boolean_settings_parse_true_and_false_and_refuse_anything_else(capsys):
     with pytest.raises(SystemExit):
         parse_args(["--rl-scale-rewards", "maybe"])
     assert "expected true or false, got 'maybe'" in capsys.readouterr().err
+
+
+def _run(tmp: Path, *flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "examples.art_e.train", "--config", "tiny", "--output", str(tmp), *flags],
+        capture_output=True, text=True, timeout=600, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_init_from_runs_rl_from_an_earlier_runs_sft_checkpoint(tmp_path):
+    """`--init-from RUN` copies RUN's SFT checkpoint in, skips base and SFT, reuses RL's starting score."""
+    first, second = tmp_path / "sft", tmp_path / "rl"
+    out = _run(first, "--rl-steps", "0")
+    assert out.returncode == 0, out.stderr[-3000:]
+    out = _run(second, "--init-from", str(first))
+    assert out.returncode == 0, out.stderr[-3000:]
+    before = json.loads((first / "results.json").read_text())
+    results = json.loads((second / "results.json").read_text())
+    assert list(results["stages"]) == ["sft", "rl"] and set(results["differences"]) == {"rl-sft"}
+    assert results["stages"]["sft"]["step"] == 2 and results["stages"]["rl"]["step"] == 3
+    assert results["init_from"] == str(first) and results["sft"] == before["sft"]
+    # the SFT stage's per-question scores came from the first run: not evaluated again (no val file for step 2)
+    assert results["stages"]["sft"]["scores"] == before["stages"]["sft"]["scores"]
+    models = "art/art-e/models/art-e-tiny-s0"
+    assert sorted(p.name for p in (second / models / "trajectories" / "val").iterdir()) == ["0003.jsonl"]
+    adapter = "checkpoints/0002/adapter_model.safetensors"
+    assert (second / models / adapter).read_bytes() == (first / models / adapter).read_bytes()
+    assert not (second / "teacher.jsonl").exists()  # no SFT stage ran
+
+
+def test_init_from_refuses_what_it_cannot_start_from(tmp_path):
+    from examples.art_e.train import CONFIGS, start_from
+
+    cfg = CONFIGS["tiny"]
+    with pytest.raises(SystemExit, match="no results.json there"):
+        start_from(tmp_path, tmp_path / "new", "m", cfg)
+    results = {"split": "dev", "settings": {"base_model": "tiny", "lora_rank": 4, "max_seq_len": 2048}, "stages": {}}
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    with pytest.raises(SystemExit, match="no evaluated SFT stage"):
+        start_from(tmp_path, tmp_path / "new", "m", cfg)
+    results["stages"]["sft"] = {"step": 2}
+    results["settings"]["lora_rank"] = 16
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    with pytest.raises(SystemExit, match="lora_rank=16.*pass --lora-rank 16"):
+        start_from(tmp_path, tmp_path / "new", "m", cfg)
+    results["settings"]["lora_rank"] = 4
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    with pytest.raises(SystemExit, match="expected one checkpoint 2 .* found 0"):
+        start_from(tmp_path, tmp_path / "new", "m", cfg)
+    ckpt = tmp_path / "art" / "p" / "models" / "m" / "checkpoints" / "0002"
+    ckpt.mkdir(parents=True)
+    (ckpt / "adapter_config.json").write_text("{}")
+    assert start_from(tmp_path, tmp_path / "new", "m", cfg)["stages"]["sft"]["step"] == 2
+    assert (tmp_path / "new" / "art" / "art-e" / "models" / "m" / "checkpoints" / "0002" / "adapter_config.json").exists()
+    with pytest.raises(SystemExit, match="already holds checkpoints of m"):
+        start_from(tmp_path, tmp_path / "new", "m", cfg)
+
+
+def test_an_earlier_evaluation_is_reused_only_for_the_same_questions():
+    from examples.art_e.inbox import Question
+    from examples.art_e.train import earlier_stage
+
+    qs = [Question(id=f"q{i}", inbox_id="i", question="?", answer="a", kind="name", sources=())
+          for i in range(3)]  # fmt: skip
+    prior = {"split": "dev", "name": "m", "stages": {"sft": {"step": 5, "task_ids": ["q0", "q1", "q2"],
+                                                             "scores": [1.0, 0.0, 1.0], "art_e_reward": 0.4}}}  # fmt: skip
+    result, reward = earlier_stage(prior, "sft", "dev", qs)
+    assert result.mean == 2 / 3 and result.step == 5 and reward == 0.4
+    assert earlier_stage(prior, "sft", "heldout", qs) is None  # another split
+    assert earlier_stage(prior, "sft", "dev", qs[:2]) is None  # other questions
+    assert earlier_stage({"split": "dev", "stages": {"sft": {"step": 5}}}, "sft", "dev", qs) is None  # no scores kept
