@@ -13,6 +13,11 @@ Partial credit is 0.1 for a search that listed a source email and 0.1 for readin
 answer (>= 1) beats giving up (<= 0.2), which beats a wrong answer (<= -0.8), which beats a format
 error (-2): guessing never pays, and the agent learns to look before it answers.
 
+`wrong` sets the wrong answer's base reward for RL (`--rl-wrong-reward`). At -1, an agent whose answers
+are right less than half the time earns more by giving up, so RL on a weak agent can teach it to stop
+answering; a milder one (any value between -2 and -0.2) still keeps every wrong answer below every
+no-answer and above a format error.
+
 An answer is correct when it states the known value (dates in any common form, amounts to the
 cent, other values as words) and no distractor value (the meeting's first date, the old seat):
 an answer that hedges between the two is wrong.
@@ -27,7 +32,7 @@ from typing import Literal
 
 from .inbox import AnswerKind, Question
 
-__all__ = ["Grade", "Outcome", "grade", "mentions", "score"]
+__all__ = ["Grade", "Outcome", "check_wrong", "grade", "mentions", "score"]
 
 Grade = Literal["correct", "wrong", "none"]
 
@@ -109,8 +114,20 @@ def grade(answer: str | None, question: Question) -> Grade:
     return "correct"
 
 
-def score(outcome: Outcome, question: Question, *, max_turns: int) -> tuple[float, dict[str, float]]:
-    """The reward and its parts (logged as trajectory metrics)."""
+def check_wrong(wrong: float) -> float:
+    """`wrong` if a wrong answer with full partial credit still scores below any no-answer and above
+    a format error; otherwise a ValueError naming the range."""
+    if not FORMAT_ERROR < wrong < NONE - 2 * PARTIAL:
+        raise ValueError(f"the wrong answer's reward must lie between {FORMAT_ERROR} and {NONE - 2 * PARTIAL} "
+                         f"(exclusive), so that it stays below giving up and above a format error; got {wrong}")  # fmt: skip
+    return wrong
+
+
+def score(
+    outcome: Outcome, question: Question, *, max_turns: int, wrong: float = WRONG
+) -> tuple[float, dict[str, float]]:
+    """The reward and its parts (logged as trajectory metrics); `wrong`: see the module's docstring."""
+    check_wrong(wrong)
     gold = set(question.sources)
     found, read = bool(gold & outcome.found), bool(gold & outcome.read)
     cited = set(outcome.sources)
@@ -133,4 +150,4 @@ def score(outcome: Outcome, question: Question, *, max_turns: int) -> tuple[floa
         return CORRECT + PARTIAL * overlap + PARTIAL * turns_left, parts
     if g == "none":
         return NONE + partial, parts
-    return WRONG + partial, parts
+    return wrong + partial, parts

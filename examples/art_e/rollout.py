@@ -27,7 +27,7 @@ import art_core as art
 import art_mcp
 
 from .inbox import Inbox, Question
-from .reward import Outcome, score
+from .reward import WRONG, Outcome, score
 
 __all__ = [
     "FINAL_ANSWER",
@@ -151,8 +151,10 @@ async def rollout(
     temperature: float | None = None,
     max_tokens: int | None = None,
     extra_body: dict[str, Any] | None = None,
+    wrong_reward: float = WRONG,
 ) -> art.Trajectory:
-    """Run the agent on one question; the trajectory's reward is set from the known answer.
+    """Run the agent on one question; the trajectory's reward is set from the known answer
+    (`wrong_reward`: a wrong answer's base reward, `reward.score`'s `wrong`).
 
     `owner` is the inbox owner's name (the system prompt says whose inbox it is). Metrics carry the
     reward's parts (``correct``, ``format_error``, ``found_source``...); metadata the answer and sources.
@@ -195,7 +197,7 @@ async def rollout(
                         out.answer, out.sources = str(args["answer"]), [str(s) for s in args["sources"]]
                         done = True
                         break
-    reward, parts = score(out, question, max_turns=max_turns)
+    reward, parts = score(out, question, max_turns=max_turns, wrong=wrong_reward)
     trajectory.reward = reward
     trajectory.metrics.update(parts)
     trajectory.metadata.update(answer=out.answer, sources=out.sources, format_error=out.format_error,

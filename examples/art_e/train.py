@@ -31,6 +31,7 @@ import art_core as art
 
 from ..train_common import figures, record
 from .inbox import Inbox, Question, dataset, write_db
+from .reward import WRONG, check_wrong
 from .rollout import InboxServers, rollout
 from .teacher import teach_inboxes
 
@@ -54,6 +55,7 @@ class Config:
     rl_lr: float = 1e-4
     rl_temperature: float = 1.0  # sampling temperature of the RL rollouts
     rl_scale_rewards: bool = True  # divide each group's advantages by its std (TrainConfig.scale_rewards)
+    rl_wrong_reward: float = -1.0  # a wrong answer's base reward in RL (ART-E's -1; -2 < it < -0.2); evaluations keep -1
     max_turns: int = 6
     max_tokens: int = 80
     max_seq_len: int = 2048
@@ -117,11 +119,13 @@ class Agent:
         self.model, self.servers, self.cfg = model, servers, cfg
         self.owners = {i.id: i.owner.name for i in inboxes}
 
-    async def rollout(self, model: art.Model, q: Question, *, temperature: float, seed: int | None = None) -> art.Trajectory:  # fmt: skip
+    async def rollout(self, model: art.Model, q: Question, *, temperature: float, seed: int | None = None,
+                      wrong_reward: float = WRONG) -> art.Trajectory:  # fmt: skip
         extra = {"seed": seed} if seed is not None else None
         async with self.servers.session(q.inbox_id) as session:
             return await rollout(model, session, q, self.owners[q.inbox_id], max_turns=self.cfg.max_turns,
-                                 temperature=temperature, max_tokens=self.cfg.max_tokens, extra_body=extra)  # fmt: skip
+                                 temperature=temperature, max_tokens=self.cfg.max_tokens, extra_body=extra,
+                                 wrong_reward=wrong_reward)  # fmt: skip
 
     async def accuracy_rollout(
         self, model: art.Model, q: Question, seed: int | None = None
@@ -181,7 +185,8 @@ async def rl_stage(agent: Agent, questions: list[Question], cfg: Config, seed: i
     )
     for batch, _ in zip(batches, range(cfg.rl_steps), strict=False):
         groups = await art.gather_trajectory_groups(
-            (art.TrajectoryGroup(agent.rollout(agent.model, q, temperature=cfg.rl_temperature) for _ in range(cfg.group_size))
+            (art.TrajectoryGroup(agent.rollout(agent.model, q, temperature=cfg.rl_temperature,
+                                               wrong_reward=cfg.rl_wrong_reward) for _ in range(cfg.group_size))
              for q in batch.items),
             after_each=after_each, max_exceptions=0.25, show_progress=False,
         )  # fmt: skip
@@ -263,6 +268,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     cfg = CONFIGS[args.config]
     overrides = {k: v for k, v in vars(args).items() if k in Config.__dataclass_fields__ and v is not None}
     cfg = replace(cfg, **overrides)
+    try:
+        check_wrong(cfg.rl_wrong_reward)
+    except ValueError as exc:
+        raise SystemExit(f"--rl-wrong-reward: {exc}") from None
     run = Path(args.output or tempfile.mkdtemp(prefix="art-e-"))
     run.mkdir(parents=True, exist_ok=True)
     base_model = cfg.base_model

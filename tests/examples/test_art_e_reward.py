@@ -70,3 +70,19 @@ def test_parts_are_reported():
     assert parts["source_overlap"] == pytest.approx(0.5) and parts["turns"] == 3.0
     _, parts = score(Outcome(answer="2025-03-17", format_error="x"), DATE_Q, max_turns=8)
     assert parts["correct"] == 0.0 and parts["format_error"] == 1.0
+
+
+def test_a_milder_wrong_answer_penalty_keeps_the_ordering_and_bad_values_are_refused():
+    best_none = score(Outcome(answer="I don't know", found={"a"}, read={"b"}, turns=8), DATE_Q, max_turns=8)[0]
+    gave_up = score(Outcome(answer=None, turns=8), DATE_Q, max_turns=8, wrong=-0.3)[0]
+    best_wrong = score(Outcome(answer="March 14", found={"a"}, read={"a"}, turns=3), DATE_Q, max_turns=8, wrong=-0.3)
+    assert best_wrong[0] == pytest.approx(-0.1) and best_wrong[1]["answered"] == 1.0
+    assert best_none > gave_up > best_wrong[0] > FORMAT_ERROR
+    # the default is ART-E's -1; correct answers and no-answers do not depend on `wrong`
+    assert score(Outcome(answer="March 14", turns=3), DATE_Q, max_turns=8)[0] == -1.0
+    assert reward(DATE_Q, answer="2025-03-17", sources=["a"], turns=4) == score(
+        Outcome(answer="2025-03-17", sources=["a"], turns=4), DATE_Q, max_turns=8, wrong=-0.5
+    )[0]
+    for bad in (-0.2, 0.0, 0.5, -2.0, -3.0):
+        with pytest.raises(ValueError, match="between -2.0 and -0.2"):
+            score(Outcome(answer="March 14"), DATE_Q, max_turns=8, wrong=bad)

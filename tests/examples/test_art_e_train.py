@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -67,6 +68,16 @@ def test_boolean_settings_parse_true_and_false_and_refuse_anything_else(capsys):
     with pytest.raises(SystemExit):
         parse_args(["--rl-scale-rewards", "maybe"])
     assert "expected true or false, got 'maybe'" in capsys.readouterr().err
+
+
+def test_a_wrong_answer_reward_out_of_range_stops_the_run_before_any_work(tmp_path):
+    """`--rl-wrong-reward 0` would make a wrong answer pay as much as giving up: refused, named."""
+    from examples.art_e.train import main, parse_args
+
+    with pytest.raises(SystemExit, match="--rl-wrong-reward: .*between -2.0 and -0.2.*got 0.0"):
+        asyncio.run(main(parse_args(["--config", "tiny", "--output", str(tmp_path / "run"), "--rl-wrong-reward", "0"])))
+    assert not (tmp_path / "run").exists()
+    assert parse_args(["--rl-wrong-reward", "-0.5"]).rl_wrong_reward == -0.5
 
 
 def _run(tmp: Path, *flags: str) -> subprocess.CompletedProcess:
