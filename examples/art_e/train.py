@@ -55,7 +55,7 @@ class Config:
     rl_lr: float = 1e-4
     rl_temperature: float = 1.0  # sampling temperature of the RL rollouts
     rl_scale_rewards: bool = True  # divide each group's advantages by its std (TrainConfig.scale_rewards)
-    rl_wrong_reward: float = -1.0  # a wrong answer's base reward in RL (ART-E's -1; -2 < it < -0.2); evaluations keep -1
+    rl_wrong_reward: float = WRONG  # a wrong answer's base reward in RL (ART-E's -1; -2 < it < -0.2); evaluations keep -1
     max_turns: int = 6
     max_tokens: int = 80
     max_seq_len: int = 2048
