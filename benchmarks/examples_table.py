@@ -39,8 +39,9 @@ def tables(entry: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _is_row(value: dict[str, Any]) -> bool:
-    """A metric's row: stages keyed by name, each with a mean (other blocks, like ART-E's `stages`, are not)."""
-    return isinstance(value.get("base"), dict) and "mean" in value["base"]
+    """A metric's row: stages keyed by name, each with a mean (other blocks, like ART-E's `stages`, are not).
+    A run started from another's SFT checkpoint (`--init-from`) has no base stage: its row still counts."""
+    return any(isinstance(value.get(s), dict) and "mean" in value[s] for s in STAGES)
 
 
 def markdown(example: str, run: str, entry: dict[str, Any]) -> str:

@@ -51,6 +51,20 @@ def test_the_results_table_shows_every_stage_and_difference(tmp_path):
     assert not any("stages" in line for line in lines)
 
 
+def test_the_results_table_shows_a_run_without_a_base_stage(tmp_path):
+    """A run started from another's SFT checkpoint (ART-E's --init-from) records no base: its row shows "-"."""
+    from benchmarks.examples_table import main
+
+    row = {"sft": {"mean": 0.25, "ci": [0.1, 0.4]}, "sft_rl": {"mean": 0.5, "ci": [0.3, 0.6]},
+           "sft_rl_minus_sft": {"diff": 0.25, "ci": [0.05, 0.4], "p_value": 0.04}}  # fmt: skip
+    results = tmp_path / "examples.json"
+    results.write_text(json.dumps({"art_e": {"cpu-seed0-init": {"model": "m", "accuracy": row}}}))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        main(["--results", str(results)])
+    assert "| accuracy | - | 0.250 [0.100, 0.400] | 0.500 [0.300, 0.600] | - | +0.250 [+0.050, +0.400] |" in out.getvalue().splitlines()
+
+
 @pytest.mark.parametrize("name", GAMES)
 def test_rl_temperature_is_a_setting_with_a_flag(name):
     train = importlib.import_module(f"examples.{name}.train")
