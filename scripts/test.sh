@@ -19,10 +19,10 @@ if [ $# -eq 0 ] && [ "${ART_SKIP_MCP1:-0}" != "1" ]; then
   # the full run: then tests/mcp and tests/graph again under the mcp SDK 1.x (docs/mcp.md)
   bash scripts/setup_mcp1.sh
   status=0
-  .venv/bin/python -m pytest -q -p no:cacheprovider --timeout=900 || status=$?
+  .venv/bin/python -m pytest -q -p no:cacheprovider --timeout=900 --durations=20 || status=$?
   # (test_serve and test_example in tests/graph train and serve with no MCP in them: run once, above)
-  .venv-mcp1/bin/python -m pytest -q -p no:cacheprovider --timeout=900 tests/mcp tests/graph \
+  .venv-mcp1/bin/python -m pytest -q -p no:cacheprovider --timeout=900 --durations=20 tests/mcp tests/graph \
     --ignore=tests/graph/test_serve.py --ignore=tests/graph/test_example.py || status=$?
   exit $status
 fi
-exec .venv/bin/python -m pytest -q -p no:cacheprovider --timeout=900 "$@"
+exec .venv/bin/python -m pytest -q -p no:cacheprovider --timeout=900 --durations=20 "$@"
