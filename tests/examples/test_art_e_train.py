@@ -60,14 +60,12 @@ def test_results_hold_every_stage_measured_so_far():
 
 def test_boolean_settings_parse_true_and_false_and_refuse_anything_else(capsys):
     """`--rl-scale-rewards false` turns std scaling off (a plain bool() would read "false" as True)."""
-    from examples.art_e.train import parse_args
+    from examples.art_e.train import CONFIGS, parse_args
 
     assert parse_args(["--rl-scale-rewards", "false"]).rl_scale_rewards is False
     assert parse_args(["--rl-scale-rewards", "Yes"]).rl_scale_rewards is True
     assert parse_args([]).rl_scale_rewards is None  # the configuration's value stands
     # the cpu recipe's RL advantages are not std-scaled; `--rl-scale-rewards true` gives the earlier recipe
-    from examples.art_e.train import CONFIGS
-
     assert CONFIGS["cpu"].rl_scale_rewards is False and CONFIGS["gpu"].rl_scale_rewards is True
     with pytest.raises(SystemExit):
         parse_args(["--rl-scale-rewards", "maybe"])
