@@ -10,6 +10,8 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
+import platform
 import resource
 import tempfile
 from pathlib import Path
@@ -98,8 +100,24 @@ def run_entry(example: str, cfg: dict[str, Any], args: argparse.Namespace, model
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
 
 
+def machine() -> dict[str, Any]:
+    """What the run's wall time depends on: CPU model and count, torch's kernels, native bfloat16, GPU."""
+    import torch
+
+    from art_train.models import cpu_has_native_bf16
+
+    cpuinfo = Path("/proc/cpuinfo")
+    names = [line.split(":", 1)[1].strip() for line in (cpuinfo.read_text().splitlines() if cpuinfo.exists() else [])
+             if line.startswith("model name")]  # fmt: skip
+    return {"cpu": names[0] if names else platform.processor(), "cpus": os.cpu_count(),
+            "capability": torch.backends.cpu.get_cpu_capability(), "native_bf16": cpu_has_native_bf16(),
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}  # fmt: skip
+
+
 def record(path: Path, example: str, entry: dict[str, Any]) -> None:
-    """Add or replace this run's entry (keyed by configuration and seed) in the shared results file."""
+    """Add or replace this run's entry (keyed by configuration and seed) in the shared results file,
+    with the machine it ran on (`machine`) unless the entry names one."""
+    entry = {**entry, "machine": entry.get("machine") or machine()}
     data = json.loads(path.read_text()) if path.exists() else {}
     data.setdefault(example, {})[f"{entry['config']}-seed{entry['seed']}"] = entry
     path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")

@@ -44,6 +44,7 @@ class Config:
     train_inboxes: int = 8
     heldout_inboxes: int = 4
     eval_questions: int = 40  # held-out questions per evaluation (the first n, fixed across stages)
+    eval_concurrency: int = 8  # evaluation rollouts run at once (the engine decodes them as one batch)
     sft_examples: int = 48  # teacher trajectories used (0 skips SFT)
     sft_epochs: int = 2
     sft_batch: int = 8
@@ -138,7 +139,7 @@ class Agent:
 
     async def evaluate(self, questions: list[Question], label: str) -> Any:
         result = await art.evaluate(self.model, self.accuracy_rollout, questions, task_id=lambda q: q.id,
-                                    max_concurrency=8, max_exceptions=0.1, show_progress=False)  # fmt: skip
+                                    max_concurrency=self.cfg.eval_concurrency, max_exceptions=0.1, show_progress=False)  # fmt: skip
         mean_reward = sum(t.metrics["art_e_reward"] for g in result.groups for t in g.trajectories) / max(
             1, sum(len(g.trajectories) for g in result.groups)
         )
@@ -272,6 +273,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         check_wrong(cfg.rl_wrong_reward)
     except ValueError as exc:
         raise SystemExit(f"--rl-wrong-reward: {exc}") from None
+    if cfg.eval_concurrency < 1:
+        raise SystemExit(f"--eval-concurrency {cfg.eval_concurrency}: at least 1 evaluation rollout must run at once")
     run = Path(args.output or tempfile.mkdtemp(prefix="art-e-"))
     run.mkdir(parents=True, exist_ok=True)
     base_model = cfg.base_model

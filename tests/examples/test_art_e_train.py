@@ -82,6 +82,15 @@ def test_a_wrong_answer_reward_out_of_range_stops_the_run_before_any_work(tmp_pa
     assert parse_args(["--rl-wrong-reward", "-0.5"]).rl_wrong_reward == -0.5
 
 
+def test_eval_concurrency_is_a_setting_and_zero_stops_the_run_before_any_work(tmp_path):
+    from examples.art_e.train import CONFIGS, main, parse_args
+
+    assert CONFIGS["cpu"].eval_concurrency == 8 and parse_args(["--eval-concurrency", "2"]).eval_concurrency == 2
+    with pytest.raises(SystemExit, match="--eval-concurrency 0"):
+        asyncio.run(main(parse_args(["--config", "tiny", "--output", str(tmp_path / "run"), "--eval-concurrency", "0"])))
+    assert not (tmp_path / "run").exists()
+
+
 def _run(tmp: Path, *flags: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "examples.art_e.train", "--config", "tiny", "--output", str(tmp), *flags],

@@ -71,3 +71,16 @@ def test_rl_temperature_is_a_setting_with_a_flag(name):
     default = train.CONFIGS["cpu"]["rl_temperature"]
     assert 0.0 < default <= 1.0 and train_common.settings(train.CONFIGS, train.parse_args([]))["rl_temperature"] == default
     assert train_common.settings(train.CONFIGS, train.parse_args(["--rl-temperature", "0.3"]))["rl_temperature"] == 0.3
+
+
+def test_a_recorded_entry_names_the_machine_it_ran_on(tmp_path):
+    """Wall times mean little without the CPU: every entry records it, and a second run replaces only its key."""
+    import os
+
+    results = tmp_path / "examples.json"
+    train_common.record(results, "art_e", {"config": "cpu", "seed": 0, "wall_s": 1.0})
+    train_common.record(results, "art_e", {"config": "cpu", "seed": 1, "wall_s": 2.0, "machine": {"cpu": "given"}})
+    data = json.loads(results.read_text())["art_e"]
+    machine = data["cpu-seed0"]["machine"]
+    assert machine["cpus"] == os.cpu_count() and isinstance(machine["native_bf16"], bool) and machine["capability"]
+    assert data["cpu-seed1"]["machine"] == {"cpu": "given"} and data["cpu-seed0"]["wall_s"] == 1.0
