@@ -1,8 +1,9 @@
-"""What a decode step of SmolLM2-135M costs on this CPU, and how much of it is reading memory.
+"""What a decode step of SmolLM2-135M costs on this CPU, set against the memory it reads.
 
 The embedded engine decodes one token for every running sequence per forward pass. At a few rows a
-step reads far more bytes (the float32 weights, and every row's KV cache) than it computes on, so
-its time follows the CPU's memory bandwidth. This measures, in one process:
+step reads far more bytes (the float32 weights, and every row's KV cache) than it computes on, so it
+may be bound by memory bandwidth or by small matrix multiplies running below peak; comparing the
+step's bytes per second with a plain sum's tells which. This measures, in one process:
 - the bandwidth of a plain sum over 512 MB (`stream_gb_s`);
 - the output layer (49k x 576, tied to the embeddings) at `--rows` rows, in float32 and bfloat16;
 - one decode step of the model at `--rows` rows over KV caches of each `--contexts` length, kept as
@@ -57,6 +58,8 @@ def main() -> None:
     weight_bytes = sum(t.numel() * t.element_size() for t in model.parameters())
     weight = model.get_output_embeddings().weight  # [vocab, hidden]
     weight_bf16 = weight.detach().bfloat16()
+    kv_heads = cfg.num_key_value_heads
+    head_dim = cfg.hidden_size // cfg.num_attention_heads
     by_rows = {}
     for rows in args.rows:
         x = torch.randn(rows, weight.shape[1])
@@ -64,8 +67,6 @@ def main() -> None:
         xb = x.bfloat16()
         head["bfloat16"] = median_s(lambda xb=xb: torch.nn.functional.linear(xb, weight_bf16), args.runs)
 
-        kv_heads = cfg.num_key_value_heads
-        head_dim = cfg.hidden_size // cfg.num_attention_heads
         steps = []
         for ctx in args.contexts:
             layers = [(torch.randn(rows, kv_heads, ctx, head_dim), torch.randn(rows, kv_heads, ctx, head_dim))
