@@ -172,7 +172,7 @@ def summary(sections: dict[str, dict[str, Any]]) -> dict[str, Any]:
             s[f"step/{shape}"] = {"speed_vs_trl": ours["tokens_per_s"] / trl["tokens_per_s"],
                                   "peak_memory_vs_trl": ours["peak_gib"] / trl["peak_gib"]}
     engine = sections.get("engine/qwen2.5-0.5b", {})
-    for c in (1, 16, 64):
+    for c in (1, 4, 16, 64):
         if f"engine_{c}" in engine and f"hf_generate_{c}" in engine:
             s[f"engine_{c}"] = {"tokens_per_s": engine[f"engine_{c}"]["tokens_per_s"],
                                 "vs_hf_generate": engine[f"engine_{c}"]["tokens_per_s"]

@@ -236,9 +236,11 @@ def step_trl(ctx: Ctx, record: Record, shape: str, micro_batch: int = 8) -> None
 
 def trl_parts() -> dict[str, Any]:
     """TRL's GRPOTrainer and selective_log_softmax; `datasets` and `pandas` stubbed where not installed
-    (the GPU machine has neither, and pyarrow is too large to carry; the loss does not use them)."""
-    from stubs import stub_missing
+    (the GPU machine has none of datasets, pandas, pyarrow, too large to carry; the loss uses none)."""
+    from stubs import hide, stub_missing
 
+    if os.environ.get("ART_GPU_BENCH_HIDE"):  # the CPU twin's test: packages missing as on the GPU machine
+        hide(os.environ["ART_GPU_BENCH_HIDE"].split(","))
     stubbed = stub_missing()
     from trl.trainer.grpo_trainer import GRPOTrainer
     from trl.trainer.utils import selective_log_softmax
@@ -328,7 +330,7 @@ def engine_decode(ctx: Ctx, record: Record, shape: str = "qwen2.5-0.5b") -> None
     folder = model_folder(shape, ctx.scratch)
     adapter = make_adapter(ctx, folder, ctx.scratch / f"adapter-{shape}")
     new_tokens = 8 if ctx.tiny else 128
-    levels = (1, 16, 64)
+    levels = (1, 4, 16) if ctx.tiny else (1, 16, 64)
     dtype = "bfloat16" if ctx.cuda else None
     engine = TransformersEngine(str(folder), device=ctx.device, dtype=dtype, max_batch=64, max_seq_len=4096)
 
@@ -520,7 +522,7 @@ def loop(ctx: Ctx, record: Record, shape: str = "qwen2.5-0.5b", steps: int = 3) 
                 record(register_s=time.perf_counter() - t0, shape=ctx.shape(shape))
                 for step in range(1, steps + 1):
                     t0 = time.perf_counter()
-                    groups = await rollouts(model, 4, 8, max_tokens, step)
+                    groups = await rollouts(model, *((2, 4) if ctx.tiny else (4, 8)), max_tokens, step)
                     t_roll = time.perf_counter() - t0
                     t0 = time.perf_counter()
                     result = await model.train(groups, config=tc, verbose=False)
