@@ -39,7 +39,7 @@ PLAN: list[tuple[str, str, dict[str, Any], int]] = [
     ("step/qwen2.5-7b/trl", "step_trl", {"shape": "qwen2.5-7b"}, 110),
     ("engine/qwen2.5-0.5b", "engine", {"shape": "qwen2.5-0.5b"}, 90),
     ("weight_sync/qwen2.5-0.5b", "weight_sync", {"shape": "qwen2.5-0.5b"}, 70),
-    ("loop/qwen2.5-0.5b", "loop", {"shape": "qwen2.5-0.5b"}, 90),
+    ("loop/qwen2.5-0.5b", "loop", {"shape": "qwen2.5-0.5b"}, 100),
     ("step/qwen2.5-0.5b/ours_no_checkpointing", "step_ours", {"shape": "qwen2.5-0.5b", "gradient_checkpointing": False}, 45),
 ]
 TWIN_SKIPS = {"step/qwen2.5-7b/ours", "step/qwen2.5-7b/trl", "step/qwen2.5-0.5b/ours_no_checkpointing"}

@@ -6,7 +6,13 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-$PWD/benchmarks/results/gpu-run}"
 mkdir -p "$OUT"
-PY="${PYTHON:-python3}"
+PY="${PYTHON:-}"
+if [ -z "$PY" ]; then  # the Python that has torch
+  for candidate in python3 python; do
+    if "$candidate" -c "import torch" >/dev/null 2>&1; then PY="$candidate"; break; fi
+  done
+  PY="${PY:-python3}"
+fi
 WHEELS=benchmarks/gpu/wheels
 echo "gpu run: $(date -u +%FT%TZ) python $("$PY" -V 2>&1)" | tee "$OUT/pip.log"
 if ls "$WHEELS"/*.whl >/dev/null 2>&1; then
@@ -14,6 +20,8 @@ if ls "$WHEELS"/*.whl >/dev/null 2>&1; then
   "$PY" -m pip install --no-index --no-deps --disable-pip-version-check --find-links "$WHEELS" \
     "$WHEELS"/*.whl >>"$OUT/pip.log" 2>&1 \
   || "$PY" -m pip install --break-system-packages --no-index --no-deps --disable-pip-version-check \
+    --find-links "$WHEELS" "$WHEELS"/*.whl >>"$OUT/pip.log" 2>&1 \
+  || "$PY" -m pip install --user --no-index --no-deps --disable-pip-version-check \
     --find-links "$WHEELS" "$WHEELS"/*.whl >>"$OUT/pip.log" 2>&1 \
   || echo "pip install failed (see pip.log); running with what is installed" | tee -a "$OUT/pip.log"
 fi

@@ -102,7 +102,8 @@ def random_weights(device: str) -> Iterator[None]:
             return original(path, *args, **kwargs)
         config = AutoConfig.from_pretrained(str(path))
         dtype = kwargs.get("dtype") or torch.float32
-        with torch.random.fork_rng(devices=[torch.device(device)] if device.startswith("cuda") else []):
+        cuda = [torch.device(device).index or 0] if device.startswith("cuda") else []
+        with torch.random.fork_rng(devices=cuda):
             torch.manual_seed(0)
             with torch.device(device):
                 model = AutoModelForCausalLM.from_config(
