@@ -31,12 +31,11 @@ __all__ = ["SEPARATION", "Discrimination", "discriminate", "lora_fingerprint", "
 
 SEPARATION = 6.0  # s = 0 and s = 1 must be this many standard errors apart to decide
 
-# max |engine - trainer| logprob on the fixed probe for a correct load, by the precision both sides
-# compute at (the trainer computes at the engine's dtype when they differ: `sync_reference_dtype`)
-# and device. Measured: float32 on CPU ~1e-5 (tests/reliability); bfloat16 on CPU with the trainer's
-# reference merged at bfloat16: 0.0 (benchmarks/gpu CPU twin). CUDA's bfloat16 kernels differ between a
-# batched engine forward and the trainer's (split-K, fused attention): benchmarks/results/gpu.json's
-# weight_sync section gives the figure; until it is measured the half-precision bound stays 0.1.
+# max |engine - trainer| logprob on the fixed probe that a correct load may show, by the precision both
+# sides compute at (the trainer computes at the engine's dtype when they differ: `sync_reference_dtype`)
+# and the device. On CPU a bfloat16 engine against the trainer's bfloat16 reference gave 0.0 (the GPU
+# script's CPU twin, tiny model). On CUDA a batched engine forward and the trainer's may take different
+# bfloat16 kernels: benchmarks/results/gpu.json's weight_sync section measures it; until then 0.1.
 TOLERANCES = {("float32", "cpu"): 2e-3, ("float32", "cuda"): 2e-3, ("half", "cpu"): 0.1, ("half", "cuda"): 0.1}
 
 
