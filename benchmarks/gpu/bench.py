@@ -97,7 +97,7 @@ def run_section(name: str, function: str, kwargs: dict[str, Any], limit: float, 
         status = "error"
     if status == "error" and "error" not in out:
         out["error"] = f"the section's process exited with {proc.returncode} (see gpu.log)"
-    return {"status": status, "wall_s": round(time.perf_counter() - t0, 2), "limit_s": round(limit, 1), **out}
+    return {**out, "status": status, "wall_s": round(time.perf_counter() - t0, 2), "limit_s": round(limit, 1)}
 
 
 def main() -> None:
