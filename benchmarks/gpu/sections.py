@@ -219,6 +219,8 @@ def step_trl(ctx: Ctx, record: Record, shape: str, micro_batch: int = 8) -> None
     record(rows=len(rows), row_tokens_min=min(lengths), row_tokens_max=max(lengths))
     while True:
         model.zero_grad(set_to_none=True)
+        if ctx.cuda:
+            torch.cuda.empty_cache()  # after an out-of-memory retry, once the failed pass's frames are gone
         reset_peak(ctx)
         t0 = time.perf_counter()
         try:
@@ -229,8 +231,6 @@ def step_trl(ctx: Ctx, record: Record, shape: str, micro_batch: int = 8) -> None
                 raise
             record(**{f"oom_at_micro_batch_{micro_batch}": True})
             micro_batch //= 2
-            model.zero_grad(set_to_none=True)
-            torch.cuda.empty_cache()
             continue
         seconds = time.perf_counter() - t0
         record(micro_batch=micro_batch, tokens=tokens, seconds=seconds, tokens_per_s=tokens / seconds, **memory(ctx))
