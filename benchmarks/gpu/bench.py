@@ -18,6 +18,7 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -159,6 +160,7 @@ def main() -> None:
     report["summary"] = summary(report["sections"])
     report["wall_s"] = round(args.budget - (deadline - time.monotonic()), 1)
     write()
+    shutil.rmtree(scratch, ignore_errors=True)
     log.info("summary: %s", json.dumps(report["summary"], indent=1))
 
 
