@@ -372,9 +372,9 @@ class ModelService:
             return self.config.sync_tolerance
         if entry.engine.sync_tolerance is not None:
             return float(entry.engine.sync_tolerance)
-        dtype = getattr(getattr(entry.model, "config", None), "dtype", "auto")
-        full = dtype == "float32" or (dtype == "auto" and (self.config.device or "cpu").startswith("cpu"))
-        return 2e-3 if full else 0.1
+        from .weight_sync import sync_tolerance
+
+        return sync_tolerance(getattr(getattr(entry.model, "config", None), "dtype", "auto"), self.config.device)
 
     def drift_warning(self, entry: _Entry) -> float:
         """Mean |sampler - trainer| logprob above which a step warns: 0.1 where the engine samples at
