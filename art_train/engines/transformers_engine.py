@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from transformers.cache_utils import DynamicCache
 
+from ..hf_compat import cache_kwargs, output_cache
 from ..models import (
     chat_template_for,
     load_causal_lm,
@@ -531,9 +532,8 @@ class TransformersEngine:
             # of a sliding-window layer (Gemma 3, GPT-OSS), which the growing cache cannot line up with
             # the full layers. The model's sliding masks still apply; only memory is spent.
             out = model(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=positions.to(dev),
-                        cache=DynamicCache(), use_cache=True, logits_to_keep=1)
-        cache = grow_in_place(out.cache if getattr(out, "cache", None) is not None else out.past_key_values,
-                              self.cache_dtype)
+                        **cache_kwargs(model, DynamicCache()), use_cache=True, logits_to_keep=1)
+        cache = grow_in_place(output_cache(out), self.cache_dtype)
         batch = _Batch(model=model, seqs=list(seqs), cache=cache, mask=mask.to(dev),
                        positions=mask.sum(1).to(dev), last=torch.zeros(len(seqs), dtype=torch.long, device=dev))
         self._sample(batch, out.logits[:, -1])
@@ -571,8 +571,8 @@ class TransformersEngine:
         cache.layers = [GrowingLayer(k.to(dev), v.to(dev), self.cache_dtype) for k, v in zip(keys, values, strict=True)]
         with torch.inference_mode():
             out = model(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=positions.to(dev),
-                        cache=cache, use_cache=True, logits_to_keep=1)
-        cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+                        **cache_kwargs(model, cache), use_cache=True, logits_to_keep=1)
+        cache = output_cache(out)
         batch = _Batch(model=model, seqs=list(seqs), cache=cache, mask=mask.to(dev),
                        positions=torch.tensor([len(s.prompt) for s in seqs], device=dev),
                        last=torch.zeros(len(seqs), dtype=torch.long, device=dev))
@@ -596,8 +596,9 @@ class TransformersEngine:
         batch.mask = torch.cat([batch.mask, ones], dim=1)
         with torch.inference_mode():
             out = batch.model(input_ids=batch.last[:, None], attention_mask=batch.mask,
-                              position_ids=batch.positions[:, None], cache=batch.cache, use_cache=True)
-        batch.cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+                              position_ids=batch.positions[:, None], **cache_kwargs(batch.model, batch.cache),
+                              use_cache=True)
+        batch.cache = output_cache(out)
         batch.positions = batch.positions + 1
         self._sample(batch, out.logits[:, -1])
         self._finish_done(batch)

@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from ..hf_compat import cache_kwargs, output_cache
+
 __all__ = ["SharedPrefix", "row_logprobs", "selected_logprobs"]
 
 
@@ -88,11 +90,10 @@ class SharedPrefix:
         from transformers import DynamicCache
 
         device = causal_lm.get_output_embeddings().weight.device
-        out = causal_lm.get_decoder()(
-            input_ids=input_ids[None].to(device), cache=DynamicCache(), use_cache=True
-        )
+        decoder = causal_lm.get_decoder()
+        out = decoder(input_ids=input_ids[None].to(device), **cache_kwargs(decoder, DynamicCache()), use_cache=True)
         self.length = int(input_ids.shape[0])
-        self._kv = [(k, v) for k, v, *_ in out.cache]  # [1, heads, k, head_dim] per layer, with their graph
+        self._kv = [(k, v) for k, v, *_ in output_cache(out)]  # [1, heads, k, head_dim] per layer, with their graph
         self._leaves = [
             (k.detach().requires_grad_(k.requires_grad), v.detach().requires_grad_(v.requires_grad))
             for k, v in self._kv
@@ -136,10 +137,11 @@ def row_logprobs(
     device = causal_lm.get_output_embeddings().weight.device
     if prefix is not None:
         k = prefix.length
-        out = causal_lm.get_decoder()(
+        decoder = causal_lm.get_decoder()
+        out = decoder(
             input_ids=input_ids[None, k:].to(device),
             position_ids=position_ids[None, k:].to(device),
-            cache=prefix.cache(),
+            **cache_kwargs(decoder, prefix.cache()),
             use_cache=True,
         )
         pred_index = pred_index - k
