@@ -10,6 +10,7 @@ import os
 import tempfile
 from pathlib import Path
 
+
 def tiny_model() -> str:
     """The tiny random model's folder: $ART_SMOKE_MODEL when set (the tests' session model), else one built now."""
     given = os.environ.get("ART_SMOKE_MODEL")

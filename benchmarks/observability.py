@@ -121,6 +121,7 @@ def main() -> None:
     path = args.out or ROOT / "benchmarks" / "results" / "observability.json"
     if args.smoke:
         from _smoke import smoke_out
+
         from tests.obs.cdp import find_chromium
 
         path = smoke_out(args.out, "observability.json")
