@@ -22,8 +22,9 @@ Run (heavy jobs share the lock):
   flock /tmp/art-heavy.lock .venv/bin/python benchmarks/reliability.py weight-sync --engine vllm \
       --vllm-python .venv-vllm/bin/python
 CI runs a short soak on the tiny model (tests/reliability/test_soak.py).
-Smoke (every subcommand at its smallest on the tiny model, seconds; figures and verdicts mean nothing, all
-results to one file, --out or a temp file, never results/):
+Smoke (load, cases and weight-sync, or the subcommand given, at their smallest on the tiny model, seconds;
+figures mean nothing; all results to one file, --out or a temp file, never results/; soak is left to
+tests/reliability/test_soak.py, which runs it longer):
   .venv/bin/python benchmarks/reliability.py --smoke [--out PATH] [load|soak|cases|weight-sync]
 """
 
@@ -257,7 +258,7 @@ def cases(args: argparse.Namespace) -> dict[str, Any]:
 
     rows = []
     with tempfile.TemporaryDirectory() as home:
-        tiny = build_tiny_model(Path(home) / "tiny")
+        tiny = getattr(args, "model", None) or build_tiny_model(Path(home) / "tiny")  # smoke: the given one
         server = start(Path(home), MAX_REQUEST_MB)
         try:
             register_tiny(server.url, tiny)
@@ -372,13 +373,13 @@ SMOKE = {"load": {"requests": 8, "max_tokens": 4, "rounds": 2},
 
 
 def smoke(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    """Each subcommand (or the one given) at its smallest on the tiny model; every result in one JSON file."""
+    """load, cases and weight-sync (or the subcommand given) at their smallest on the tiny model, into one file."""
     from _smoke import smoke_out, tiny_model
 
     model = tiny_model()
     runs = {"load": load, "soak": soak, "cases": cases, "weight-sync": weight_sync}
     out: dict[str, Any] = {}
-    for command in [args.command] if args.command else list(runs):
+    for command in [args.command] if args.command else ["load", "cases", "weight-sync"]:
         sub = parser.parse_args([command])  # the subcommand's defaults, then the smoke sizes
         vars(sub).update(SMOKE[command], model=model)
         out[command] = runs[command](sub)
@@ -414,7 +415,8 @@ def main(argv: list[str] | None = None) -> int:
     ws.add_argument("--vllm-python", default=os.environ.get("ART_VLLM_PYTHON"))
     parser.add_argument("--no-save", action="store_true", help="print the result, leave the JSON as it is")
     parser.add_argument("--smoke", action="store_true",
-                        help="the subcommand given, or all, at their smallest on the tiny model; to --out or a temp file")
+                        help="the subcommand given (default load, cases, weight-sync) at their smallest on the tiny "
+                             "model; to --out or a temp file")
     parser.add_argument("--out", type=Path, default=None, help="the smoke run's JSON")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")

@@ -79,12 +79,11 @@ def check_observability(doc: dict[str, Any]) -> None:
 
 
 def check_reliability(doc: dict[str, Any]) -> None:
-    assert set(doc) == {"load", "soak", "cases", "weight-sync"}
+    assert set(doc) == {"load", "cases", "weight-sync"}  # soak: tests/reliability/test_soak.py runs it longer
     load = doc["load"]
     assert load["errors"] == 0 and load["server_alive_after"]
     step = load["with_training_step"]
     assert step["served_steps"].get(str(step["new_step"]), 0) >= step["requests"] // 2  # served by the new step
-    assert doc["soak"]["steps"] == 3 and doc["soak"]["errors"] == 0
     assert doc["cases"]["passed"] == doc["cases"]["total"] > 0
     stale = {k: v for k, v in doc["weight-sync"]["new_check"].items() if k.startswith("stale")}
     assert stale and all(v["verdict"] == "failed the step" for v in stale.values())
