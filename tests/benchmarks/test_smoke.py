@@ -203,7 +203,7 @@ def test_serve_smoke_vllm_arm_reaches_vllm_with_its_key(tiny_model_path: Path, t
     """The raw vLLM arm talks to vLLM's own port, which answers only the engine's API key (it got 401 before)."""
     out = tmp_path / "serve.json"
     run = run_smoke("serve", ["--arms", "vllm", "--vllm-python", _vllm_python(), "--out", str(out)], out,
-                    smoke_env(tiny_model_path, tmp_path / "home"))
+                    smoke_env(tiny_model_path, tmp_path / "home"), timeout=840)  # vLLM starts in minutes on CPU
     assert run["proc"].returncode == 0, f"{run['command']}:\n{run['proc'].stderr[-4000:]}"
     doc = json.loads(out.read_text())
     assert doc["raw_vllm_tok_s"] > 0 and doc["raw_vllm_with_logprobs_tok_s"] > 0 and doc["proxy_vllm_tok_s"] > 0
