@@ -7,7 +7,8 @@ the two precisions in one process, and records whether the CPU has native bfloat
 `autocast="auto"` goes by (`art_train.models.training_autocast`).
 
 Usage: python benchmarks/autocast.py [--runs 3] [--tokens 64]  (run it under flock /tmp/art-heavy.lock)
-Writes benchmarks/results/autocast.json.
+Writes benchmarks/results/autocast.json. `--smoke`: the tiny model, one run of 8 tokens, a 128 x 128
+matmul, seconds, to --out or a temp file.
 """
 
 from __future__ import annotations
@@ -35,15 +36,23 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--tokens", type=int, default=64, help="sequence length of the model's forward and backward")
+    p.add_argument("--smoke", action="store_true", help="tiny model, smallest sizes; to --out or a temp file")
+    p.add_argument("--out", type=Path, default=None, help=f"results file (default {RESULTS})")
     args = p.parse_args()
+    base, side, out_path = "smollm2-135m", 1024, args.out or RESULTS
+    if args.smoke:
+        from _smoke import smoke_out, tiny_model
+
+        base, side, args.runs, args.tokens = tiny_model(), 128, 1, 8
+        out_path = smoke_out(args.out, "autocast.json")
 
     import torch
 
     from art_train.models import cpu_has_native_bf16, load_causal_lm, resolve_base_model
 
-    a32, b32 = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    a32, b32 = torch.randn(side, side), torch.randn(side, side)
     a16, b16 = a32.bfloat16(), b32.bfloat16()
-    model = load_causal_lm(resolve_base_model("smollm2-135m"), "float32", "cpu")
+    model = load_causal_lm(resolve_base_model(base), "float32", "cpu")
     ids = torch.randint(100, 40_000, (1, args.tokens))
 
     def step(ctx) -> None:  # noqa: ANN001
@@ -63,14 +72,14 @@ def main() -> None:
     out = {
         "machine": {"cpus": os.cpu_count(), "torch": torch.__version__, "platform": platform.platform(),
                     "native_bf16": cpu_has_native_bf16(), "capability": torch.backends.cpu.get_cpu_capability()},
-        "workload": {"matmul": "1024 x 1024 @ 1024 x 1024", "step": f"SmolLM2-135M forward + backward, {args.tokens} tokens",
+        "workload": {"matmul": f"{side} x {side} @ {side} x {side}", "step": f"{base} forward + backward, {args.tokens} tokens",
                      "runs": args.runs},
         "seconds": times,
         "median_s": med,
         "matmul_bf16_over_fp32": med["matmul_bf16"] / med["matmul_fp32"],
         "step_bf16_over_fp32": med["step_bf16"] / med["step_fp32"],
     }  # fmt: skip
-    RESULTS.write_text(json.dumps(out, indent=1) + "\n")
+    out_path.write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps({k: out[k] for k in ("machine", "matmul_bf16_over_fp32", "step_bf16_over_fp32")}, indent=1))  # noqa: T201
 
 

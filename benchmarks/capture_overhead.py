@@ -24,6 +24,7 @@ calls of >= 10 ms: 300 us is 3% of a 10 ms call. Against the instant server the 
 reported as well; LangChain's cost of any handler alone is most of it.
 
 Run: .venv/bin/python benchmarks/capture_overhead.py [--runs 1000] [--serve-runs 40]
+Smoke (every view, the art_serve one on the tiny model; seconds): ... --smoke [--out PATH]
 """
 
 from __future__ import annotations
@@ -144,14 +145,14 @@ def start_art_serve(home: Path) -> tuple[subprocess.Popen[bytes], str]:
     return server, f"http://127.0.0.1:{port}"
 
 
-async def serve_view(runs: int, batch: int, max_tokens: int) -> dict[str, Any]:
-    """Plain vs captured against a real `art serve` with SmolLM2-135M."""
+async def serve_view(runs: int, batch: int, max_tokens: int, base_model: str = "smollm2-135m") -> dict[str, Any]:
+    """Plain vs captured against a real `art serve` with SmolLM2-135M (or `base_model`)."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="capture-bench-") as home:
         server, url = start_art_serve(Path(home))
         try:
-            model = art.TrainableModel(name="bench", project="capture", base_model="smollm2-135m")
+            model = art.TrainableModel(name="bench", project="capture", base_model=base_model)
             await model.register(art.RemoteBackend(url))
             modes = graph_modes(build_serve_graph(model, max_tokens))
             del modes["noop"]
@@ -166,7 +167,7 @@ async def serve_view(runs: int, batch: int, max_tokens: int) -> dict[str, Any]:
             server.terminate()
             server.wait(timeout=30)
     return {
-        "server": "art serve (transformers engine, CPU), base_model smollm2-135m, temperature 0",
+        "server": f"art serve (transformers engine, CPU), base_model {base_model}, temperature 0",
         "max_tokens": max_tokens,
         **summary(medians, runs),
         "captured_steps": sorted(s for s in steps if s is not None),
@@ -273,14 +274,15 @@ def graph_modes(graph: Any) -> dict[str, Any]:
     return {"plain": plain, "noop": noop, "captured": captured}
 
 
-async def main(runs: int, batch: int, server_ms: float, serve_runs: int, serve_tokens: int) -> dict[str, Any]:
+async def main(runs: int, batch: int, server_ms: float, serve_runs: int, serve_tokens: int,
+               warmup: int = 20, base_model: str = "smollm2-135m") -> dict[str, Any]:
     register_configure_hook(_noop, inheritable=True)
     fast, fast_url = start_server(0.0)
     slow, slow_url = start_server(server_ms / 1000)
-    slow_runs = max(runs // 2, 20)
+    slow_runs = max(runs // 2, min(20, runs))
     try:
         modes = graph_modes(build_graph(fast_url))
-        for i in range(20):  # warm up every path
+        for i in range(warmup):  # warm up every path
             for fn in modes.values():
                 result = await fn(i)
         assert result.metadata["capture"]["calls"] == CALLS_PER_RUN, result.metadata["capture"]
@@ -306,7 +308,7 @@ async def main(runs: int, batch: int, server_ms: float, serve_runs: int, serve_t
             server.terminate()
             server.wait(timeout=10)
 
-    serve = await serve_view(serve_runs, 1, serve_tokens) if serve_runs else None  # alternate every run
+    serve = await serve_view(serve_runs, 1, serve_tokens, base_model) if serve_runs else None  # alternate every run
 
     instant = {
         "server_ms_per_call": 0,
@@ -355,9 +357,19 @@ if __name__ == "__main__":
         "--serve-runs", type=int, default=40, help="runs per mode against art serve (0: skip)"
     )
     parser.add_argument("--serve-tokens", type=int, default=4, help="max_tokens per call against art serve")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/capture_overhead.json")
+    parser.add_argument("--out", type=Path, default=None, help="results file (default results/capture_overhead.json)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="10 runs a mode, 2 against art serve on the tiny model; to --out or a temp file")
     args = parser.parse_args()
-    result = asyncio.run(main(args.runs, args.batch, args.server_ms, args.serve_runs, args.serve_tokens))
+    base_model, warmup, out = "smollm2-135m", 20, args.out or ROOT / "benchmarks/results/capture_overhead.json"
+    if args.smoke:
+        from _smoke import smoke_out, tiny_model
+
+        base_model, warmup, out = tiny_model(), 2, smoke_out(args.out, "capture_overhead.json")
+        args.runs, args.batch, args.server_ms, args.serve_runs, args.serve_tokens = 10, 5, 1.0, 2, 2
+    args.out = out
+    result = asyncio.run(main(args.runs, args.batch, args.server_ms, args.serve_runs, args.serve_tokens, warmup,
+                              base_model))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     json.dump(result, sys.stdout, indent=2)

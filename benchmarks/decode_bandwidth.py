@@ -12,6 +12,7 @@ step's bytes per second with a plain sum's tells which. This measures, in one pr
 
 Usage: python benchmarks/decode_bandwidth.py [--rows 8 32] [--contexts 16 1000 2000] [--runs 5]
 (run it under flock /tmp/art-heavy.lock). Writes benchmarks/results/decode_bandwidth.json.
+`--smoke`: the tiny model, 2 rows, contexts 4 and 16, a 4 MB sum, one run, to --out or a temp file.
 """
 
 from __future__ import annotations
@@ -43,7 +44,15 @@ def main() -> None:
     p.add_argument("--rows", type=int, nargs="+", default=[8, 32])
     p.add_argument("--contexts", type=int, nargs="+", default=[16, 1000, 2000])
     p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--smoke", action="store_true", help="tiny model, smallest sizes; to --out or a temp file")
+    p.add_argument("--out", type=Path, default=None, help=f"results file (default {RESULTS})")
     args = p.parse_args()
+    base, sum_floats, out_path = "smollm2-135m", 128 * 1024 * 1024, args.out or RESULTS  # 512 MB of float32
+    if args.smoke:
+        from _smoke import smoke_out, tiny_model
+
+        base, sum_floats, args.rows, args.contexts, args.runs = tiny_model(), 1024 * 1024, [2], [4, 16], 1
+        out_path = smoke_out(args.out, "decode_bandwidth.json")
 
     import torch
     from transformers import DynamicCache
@@ -51,15 +60,15 @@ def main() -> None:
     from art_train.engines.kv import grow_in_place
     from art_train.models import cpu_has_native_bf16, load_causal_lm, resolve_base_model
 
-    big = torch.ones(128 * 1024 * 1024)  # 512 MB of float32
+    big = torch.ones(sum_floats)
     stream_s = median_s(lambda: big.sum(), args.runs)
-    model = load_causal_lm(resolve_base_model("smollm2-135m"), "float32", "cpu")
+    model = load_causal_lm(resolve_base_model(base), "float32", "cpu")
     cfg = model.config
     weight_bytes = sum(t.numel() * t.element_size() for t in model.parameters())
     weight = model.get_output_embeddings().weight  # [vocab, hidden]
     weight_bf16 = weight.detach().bfloat16()
     kv_heads = cfg.num_key_value_heads
-    head_dim = cfg.hidden_size // cfg.num_attention_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     by_rows = {}
     for rows in args.rows:
         x = torch.randn(rows, weight.shape[1])
@@ -94,12 +103,13 @@ def main() -> None:
     out = {
         "machine": {"cpus": os.cpu_count(), "torch": torch.__version__, "platform": platform.platform(),
                     "native_bf16": cpu_has_native_bf16(), "capability": torch.backends.cpu.get_cpu_capability()},
+        "model": base,
         "runs": args.runs,
         "stream_gb_s": big.numel() * 4 / stream_s / 1e9,
         "weight_bytes": weight_bytes,
         "rows": by_rows,
     }  # fmt: skip
-    RESULTS.write_text(json.dumps(out, indent=1) + "\n")
+    out_path.write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps(out, indent=1))  # noqa: T201
 
 

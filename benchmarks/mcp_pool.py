@@ -6,6 +6,7 @@ prewarmed spares; reports per-rollout medians, total wall time, and ratios to "s
 measured in the same run. Writes benchmarks/results/mcp_pool.json.
 
     .venv/bin/python benchmarks/mcp_pool.py [--rollouts 16] [--concurrency 4] [--think 0.3]
+    .venv/bin/python benchmarks/mcp_pool.py --smoke [--out PATH]   (4 rollouts, no think time; seconds)
 """
 
 from __future__ import annotations
@@ -90,9 +91,17 @@ if __name__ == "__main__":
     parser.add_argument(
         "--think", type=float, default=0.3, help="seconds of pretend model time before each call"
     )
+    parser.add_argument("--smoke", action="store_true", help="4 rollouts, 2 at a time, no think time; to --out or a temp file")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="results file (default results/mcp_pool.json, or mcp_pool_overhead.json with --think 0)")
     args = parser.parse_args()
-    report = asyncio.run(main(args))
     name = "mcp_pool.json" if args.think > 0 else "mcp_pool_overhead.json"
-    out = Path(__file__).parent / "results" / name
+    out = args.out or Path(__file__).parent / "results" / name
+    if args.smoke:
+        from _smoke import smoke_out
+
+        args.rollouts, args.concurrency, args.think = 4, 2, 0.0
+        out = smoke_out(args.out, "mcp_pool.json")
+    report = asyncio.run(main(args))
     out.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report["results"], indent=2))

@@ -15,7 +15,8 @@ embedded engine (bfloat16 on a CPU with native bfloat16; the trainer float32):
   rss        the process's peak resident set (ru_maxrss) after all of the above
 
 Run:  flock /tmp/art-heavy.lock .venv/bin/python benchmarks/models.py [--models qwen2.5-0.5b ...]
-Writes benchmarks/results/models.json.
+Writes benchmarks/results/models.json. `--smoke`: the tiny model only, 4 requests of 4 tokens, 2 tasks,
+seconds, to --output or a temp file.
 """
 
 from __future__ import annotations
@@ -160,17 +161,29 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--table", action="store_true", help="print the docs table from --output and exit")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one model, print its JSON
-    parser.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "models.json"))
+    parser.add_argument("--output", default=None, help="results file (default benchmarks/results/models.json)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny model, 4 requests of 4 tokens, 2 tasks; to --output or a temp file")
     args = parser.parse_args()
+    if args.smoke and not args.one:
+        from _smoke import smoke_out, tiny_model
+
+        args.models, args.tasks, args.output = [tiny_model()], 2, str(smoke_out(args.output, "models.json"))
+    args.output = args.output or str(ROOT / "benchmarks" / "results" / "models.json")
     if args.table:
         print(table(json.loads(Path(args.output).read_text())))
         return
     if args.one:
+        if args.smoke:
+            import serve
+
+            serve.N, serve.NEW = 4, 4
         print("RESULT " + json.dumps(asyncio.run(one_model(args.one, args.tasks, args.seed))), flush=True)
         return
     results = []
     for alias in args.models:
         cmd = [sys.executable, __file__, "--one", alias, "--tasks", str(args.tasks), "--seed", str(args.seed)]
+        cmd += ["--smoke"] if args.smoke else []
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
         line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)

@@ -22,6 +22,10 @@ Run (heavy jobs share the lock):
   flock /tmp/art-heavy.lock .venv/bin/python benchmarks/reliability.py weight-sync --engine vllm \
       --vllm-python .venv-vllm/bin/python
 CI runs a short soak on the tiny model (tests/reliability/test_soak.py).
+Smoke (load, cases and weight-sync, or the subcommand given, at their smallest on the tiny model, seconds;
+figures mean nothing; all results to one file, --out or a temp file, never results/; soak is left to
+tests/reliability/test_soak.py, which runs it longer):
+  .venv/bin/python benchmarks/reliability.py --smoke [--out PATH] [load|soak|cases|weight-sync]
 """
 
 from __future__ import annotations
@@ -254,7 +258,7 @@ def cases(args: argparse.Namespace) -> dict[str, Any]:
 
     rows = []
     with tempfile.TemporaryDirectory() as home:
-        tiny = build_tiny_model(Path(home) / "tiny")
+        tiny = getattr(args, "model", None) or build_tiny_model(Path(home) / "tiny")  # smoke: the given one
         server = start(Path(home), MAX_REQUEST_MB)
         try:
             register_tiny(server.url, tiny)
@@ -362,9 +366,32 @@ def save(key: str, value: dict[str, Any]) -> None:
     RESULTS.write_text(json.dumps(data, indent=2) + "\n")
 
 
+# the smallest sizes that still run each path (a wave's step waits for 4 answers of its first half: 8 requests)
+SMOKE = {"load": {"requests": 8, "max_tokens": 4, "rounds": 2},
+         "soak": {"minutes": 0.0, "min_steps": 3, "rollouts": 8, "max_tokens": 4, "warmup_steps": 1},
+         "cases": {}, "weight-sync": {"engine": "transformers", "dtype": "float32"}}
+
+
+def smoke(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """load, cases and weight-sync (or the subcommand given) at their smallest on the tiny model, into one file."""
+    from _smoke import smoke_out, tiny_model
+
+    model = tiny_model()
+    runs = {"load": load, "soak": soak, "cases": cases, "weight-sync": weight_sync}
+    out: dict[str, Any] = {}
+    for command in [args.command] if args.command else ["load", "cases", "weight-sync"]:
+        sub = parser.parse_args([command])  # the subcommand's defaults, then the smoke sizes
+        vars(sub).update(SMOKE[command], model=model)
+        out[command] = runs[command](sub)
+    path = smoke_out(args.out, "reliability.json")
+    path.write_text(json.dumps(out, indent=2) + "\n")
+    print(f"wrote {path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command")
     lo = sub.add_parser("load")
     lo.add_argument("--model", default="smollm2-135m")
     lo.add_argument("--requests", type=int, default=256)
@@ -387,8 +414,16 @@ def main(argv: list[str] | None = None) -> int:
     ws.add_argument("--model", default="smollm2-135m")
     ws.add_argument("--vllm-python", default=os.environ.get("ART_VLLM_PYTHON"))
     parser.add_argument("--no-save", action="store_true", help="print the result, leave the JSON as it is")
+    parser.add_argument("--smoke", action="store_true",
+                        help="the subcommand given (default load, cases, weight-sync) at their smallest on the tiny "
+                             "model; to --out or a temp file")
+    parser.add_argument("--out", type=Path, default=None, help="the smoke run's JSON")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    if args.smoke:
+        return smoke(parser, args)
+    if args.command is None:
+        parser.error("a subcommand is required: load, soak, cases or weight-sync (or --smoke)")
     result = {"load": load, "soak": soak, "cases": cases, "weight-sync": weight_sync}[args.command](args)
     print(json.dumps(result, indent=2))
     key = f"weight_sync/{args.engine}/{args.dtype}" if args.command == "weight-sync" else args.command

@@ -12,7 +12,7 @@ Reported (same run): median over groups of dedup_tokens / naive_tokens as `dedup
 scenario with a short prompt (10 rules, 6 tools) is reported under `scenarios` to show how the
 gain depends on how much of a trajectory is shared.
 
-Run: .venv/bin/python benchmarks/ruler_tokens.py [--groups 20]
+Run: .venv/bin/python benchmarks/ruler_tokens.py [--groups 20]   (`--smoke`: 2 groups, to --out or a temp file)
 """
 
 from __future__ import annotations
@@ -242,9 +242,15 @@ async def main(n_groups: int) -> dict[str, Any]:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--groups", type=int, default=20)
+    parser.add_argument("--smoke", action="store_true", help="2 groups; to --out or a temp file")
+    parser.add_argument("--out", type=Path, default=None, help="results file (default results/ruler_tokens.json)")
     args = parser.parse_args()
+    out = args.out or ROOT / "benchmarks" / "results" / "ruler_tokens.json"
+    if args.smoke:
+        from _smoke import smoke_out
+
+        args.groups, out = 2, smoke_out(args.out, "ruler_tokens.json")
     result = asyncio.run(main(args.groups))
-    out = ROOT / "benchmarks" / "results" / "ruler_tokens.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

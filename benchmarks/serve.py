@@ -13,6 +13,8 @@ Swap: seconds from the end of an optimizer step to the new adapter answering (sa
 weight-sync probe + a 1-token reply), per engine.
 
 Run: flock /tmp/art-heavy.lock .venv/bin/python benchmarks/serve.py [--vllm-python .venv-vllm/bin/python]
+Smoke (seconds, the tiny model; the vLLM arm on smollm2-135m when --vllm-python or ART_VLLM_PYTHON is set):
+    .venv/bin/python benchmarks/serve.py --smoke [--out PATH]
 """
 
 from __future__ import annotations
@@ -98,9 +100,10 @@ def hf_arms(base: Path, adapter: Path, messages: list[list[dict]], template: str
 
 
 async def serve_arm(engine: str, home: Path, vllm_python: str | None, engine_dtype: str | None = None,
-                    swap_steps: int = 1, throughput: bool = True) -> dict[str, Any]:
+                    swap_steps: int = 1, throughput: bool = True, base_model: str | None = None) -> dict[str, Any]:
     backend = LocalBackend(path=home, engine=engine, vllm_python=vllm_python, engine_dtype=engine_dtype)
-    model = art.TrainableModel(name=f"bench-{engine}-{engine_dtype or 'auto'}", project="bench", base_model=BASE,
+    model = art.TrainableModel(name=f"bench-{engine}-{engine_dtype or 'auto'}", project="bench",
+                               base_model=base_model or BASE,
                                config=art.ModelConfig(max_seq_len=2048))
     out: dict[str, Any] = {}
     try:
@@ -145,13 +148,14 @@ async def serve_arm(engine: str, home: Path, vllm_python: str | None, engine_dty
         if engine == "vllm":
             raw_url = f"{entry.engine.url}/v1"
             adapter = backend.service.adapter_name(entry, result.step)
-            await concurrent(raw_url, adapter, messages[:4])
+            key = entry.engine.api_key  # vLLM's own port answers only the engine's key (else 401)
+            await concurrent(raw_url, adapter, messages[:4], api_key=key)
             raw, raw_contract = [], []
             proxy = list(runs)
             for _ in range(2):  # interleave, so drift on a shared machine hits all arms alike
-                s, t = await concurrent(raw_url, adapter, messages)
+                s, t = await concurrent(raw_url, adapter, messages, api_key=key)
                 raw.append(t / s)
-                s, t = await concurrent(raw_url, adapter, messages, extra=CONTRACT)
+                s, t = await concurrent(raw_url, adapter, messages, api_key=key, extra=CONTRACT)
                 raw_contract.append(t / s)
                 s, t = await concurrent(f"{backend.url}/v1", model.served_name(), messages)
                 proxy.append(t / s)
@@ -168,7 +172,8 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--vllm-python", default=os.environ.get("ART_VLLM_PYTHON"))
     parser.add_argument("--sequential", type=int, default=8, help="prompts timed one at a time (rate is per token)")
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "serve.json"))
+    parser.add_argument("--out", default=None, help="results file (default benchmarks/results/serve.json)")
+    parser.add_argument("--smoke", action="store_true", help="tiny model, 4 requests of 4 tokens; to --out or a temp file")
     parser.add_argument("--base-model", default=BASE, help="smoke-test the script on a tiny model folder")
     parser.add_argument("--requests", type=int, default=N)
     parser.add_argument("--new-tokens", type=int, default=NEW)
@@ -177,6 +182,13 @@ async def main() -> None:
     parser.add_argument("--arms", default="embedded,fp32,hf,vllm",
                         help="comma-separated subset of embedded,fp32,hf,vllm (ratios need their arms)")
     args = parser.parse_args()
+    vllm_base = args.base_model
+    if args.smoke:  # the vLLM arm keeps smollm2-135m, as tests/serve/test_vllm.py does
+        from _smoke import smoke_out, tiny_model
+
+        args.base_model, args.requests, args.new_tokens, args.sequential = tiny_model(), 4, 4, 2
+        args.out = smoke_out(args.out, "serve.json")
+    args.out = args.out or Path(__file__).parent / "results" / "serve.json"
     arms = set(args.arms.split(","))
     BASE, N, NEW = args.base_model, args.requests, args.new_tokens
     torch.manual_seed(0)
@@ -187,7 +199,7 @@ async def main() -> None:
     results: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "torch": torch.__version__,
                                            "platform": platform.platform()},
                                "workload": {"requests": N, "new_tokens": NEW, "temperature": 1.0, "lora_rank": 8,
-                                            "base_model": BASE}}
+                                            "base_model": BASE, "vllm_base_model": vllm_base}}
     if args.only_swap:
         for dtype in (None, "float32"):
             arm = await serve_arm("transformers", home, None, dtype, swap_steps=args.only_swap, throughput=False)
@@ -224,7 +236,7 @@ async def main() -> None:
             results["embedded_fp32_vs_sequential"] = results["embedded_fp32_tok_s"] / hf["sequential_tok_s"]
             results["embedded_fp32_vs_hf_batched"] = results["embedded_fp32_tok_s"] / hf["hf_batched_tok_s"]
     if args.vllm_python and "vllm" in arms:
-        vl = await serve_arm("vllm", home, args.vllm_python)
+        vl = await serve_arm("vllm", home, args.vllm_python, base_model=vllm_base)
         results["raw_vllm_tok_s"] = vl["raw_tok_s"]
         results["proxy_vllm_tok_s"] = vl["tok_s"]
         results["swap_s_vllm"] = vl["swap_s"]

@@ -10,7 +10,8 @@ compared by ratio on the same machine.
 Run (heavy: under the shared lock):
     git worktree add /tmp/art-before <commit>
     flock /tmp/art-heavy.lock .venv/bin/python benchmarks/swap_cost.py --trees /tmp/art-before .
-Writes benchmarks/results/swap_cost.json.
+Writes benchmarks/results/swap_cost.json. `--smoke`: this tree, the tiny model, 2 questions x 2
+replies, seconds, to --out or a temp file.
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ from art_train import LocalBackend
 from art_train.demo_tasks import ADDITION
 
 async def main() -> None:
-    questions = random.Random(0).sample(ADDITION.splits["train"], 8)
+    base_model, n_questions, n_replies = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    questions = random.Random(0).sample(ADDITION.splits["train"], n_questions)
     backend = LocalBackend(path=tempfile.mkdtemp())
-    model = art.TrainableModel(name="swap", project="bench", base_model="smollm2-135m",
+    model = art.TrainableModel(name="swap", project="bench", base_model=base_model,
                                config=art.ModelConfig(max_seq_len=512, seed=0))
     await model.register(backend)
     client = model.openai_client()
@@ -50,7 +52,7 @@ async def main() -> None:
         return traj
 
     groups = await art.gather_trajectory_groups(
-        [art.TrajectoryGroup(one(q, i) for i in range(6)) for q in questions], show_progress=False)
+        [art.TrajectoryGroup(one(q, i) for i in range(n_replies)) for q in questions], show_progress=False)
     steps = []
     for _ in range(2):
         t0 = time.perf_counter()
@@ -66,10 +68,11 @@ asyncio.run(main())
 '''
 
 
-def run_tree(tree: Path) -> dict:
+def run_tree(tree: Path, base_model: str = "smollm2-135m", questions: int = 8, replies: int = 6) -> dict:
     env = {**os.environ, "PYTHONPATH": str(tree), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    cmd = [sys.executable, "-c", ONE_TREE, base_model, str(questions), str(replies)]
     with tempfile.TemporaryDirectory() as cwd:  # so `import art_train` finds the tree, not the cwd
-        proc = subprocess.run([sys.executable, "-c", ONE_TREE], cwd=cwd, env=env, capture_output=True, text=True)
+        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
     line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
     if line is None:
         raise SystemExit(f"{tree} failed:\n{proc.stderr[-3000:]}")
@@ -79,26 +82,33 @@ def run_tree(tree: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trees", nargs="+", default=[str(ROOT)])
+    parser.add_argument("--smoke", action="store_true", help="this tree, tiny model, 2 x 2 replies; to --out or a temp file")
+    parser.add_argument("--out", type=Path, default=None, help=f"results file (default {RESULTS})")
     args = parser.parse_args()
+    shape, out_path = ("smollm2-135m", 8, 6), args.out or RESULTS
+    if args.smoke:
+        from _smoke import smoke_out, tiny_model
+
+        shape, args.trees, out_path = (tiny_model(), 2, 2), [str(ROOT)], smoke_out(args.out, "swap_cost.json")
     runs = []
     for tree in args.trees:
         path = Path(tree).resolve()
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=path, capture_output=True,
                                 text=True).stdout.strip()
-        result = run_tree(path)
+        result = run_tree(path, *shape)
         steps = result["steps"]
         assert result["art_train"].startswith(str(path)), f"imported {result['art_train']}, not the tree {path}"
         runs.append({"tree": str(path), "commit": commit, "steps": steps,
                      "swap_s_total": round(sum(s["swap_s"] for s in steps), 2)})
         print(json.dumps(runs[-1]), flush=True)
-    doc = {"benchmark": "weight-sync cost per step (art demo batch, smollm2-135m, 2 CPU cores)",
-           "command": "flock /tmp/art-heavy.lock .venv/bin/python benchmarks/swap_cost.py --trees " + " ".join(args.trees),
+    doc = {"benchmark": f"weight-sync cost per step ({shape[1]} questions x {shape[2]} replies, {shape[0]})",
+           "command": "flock /tmp/art-heavy.lock .venv/bin/python benchmarks/swap_cost.py " + " ".join(sys.argv[1:]),
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "runs": runs}
     if len(runs) > 1:
         doc["swap_ratio_last_over_first"] = round(runs[-1]["swap_s_total"] / runs[0]["swap_s_total"], 3)
         doc["median_swap_s"] = {r["commit"]: statistics.median(s["swap_s"] for s in r["steps"]) for r in runs}
-    RESULTS.write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"wrote {RESULTS}")
+    out_path.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {out_path}")
 
 
 if __name__ == "__main__":

@@ -9,8 +9,12 @@ TRL arm: TRL's recipe for one step without generation: padded micro-batches of
 (`logits_to_keep`), TRL's `selective_log_softmax`, and TRL's own `GRPOTrainer._compute_loss` for the
 loss (run on a namespace standing in for the trainer instance), then backward.
 
+The ours arm also records the step's work (`work/decoder_tokens`, `work/decoder_calls`,
+`work/decoder_tokens_per_trained_token`: tokens and calls through the decoder), next to its tokens/s.
+
 Usage: python benchmarks/train_step.py [--runs 1] [--arms ours,trl]  (run it under flock /tmp/art-heavy.lock)
-Writes benchmarks/results/train_step.json.
+Writes benchmarks/results/train_step.json. `--smoke`: the tiny model, 2 groups x 2 short rows, seconds, to
+--out or a temp file (the TRL arm only where TRL is installed: the dev extras).
 """
 
 from __future__ import annotations
@@ -28,20 +32,26 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 RESULTS = Path(__file__).parent / "results" / "train_step.json"
+WORK = ("work/decoder_tokens", "work/decoder_calls", "work/decoder_tokens_per_trained_token")
+# the benchmark's batch, and the smoke run's (tiny model, seconds)
+SHAPES = {"full": {"groups": 8, "group_size": 4, "prompt_words": (75, 200), "completion": (50, 1200)},
+          "smoke": {"groups": 2, "group_size": 2, "prompt_words": (5, 10), "completion": (4, 24)}}
 
 
-def make_groups(vocab_low: int = 100, vocab_high: int = 40000, seed: int = 0):  # noqa: ANN201
+def make_groups(vocab_low: int = 100, vocab_high: int = 40000, seed: int = 0, shape: str = "full"):  # noqa: ANN201
     import random
 
     import art_core as art
 
     rng = random.Random(seed)
+    size = SHAPES[shape]
+    low, high = size["completion"]
     groups = []
-    for g in range(8):
-        prompt = " ".join(f"w{rng.randrange(10_000)}" for _ in range(rng.randint(75, 200)))  # ~150-400 tokens
+    for g in range(size["groups"]):
+        prompt = " ".join(f"w{rng.randrange(10_000)}" for _ in range(rng.randint(*size["prompt_words"])))  # ~2 tokens a word
         trajs = []
-        for k in range(4):
-            n = int(round(50 * (1200 / 50) ** rng.random()))  # log-uniform 50..1200
+        for k in range(size["group_size"]):
+            n = int(round(low * (high / low) ** rng.random()))  # log-uniform low..high
             ids = [rng.randrange(vocab_low, vocab_high) for _ in range(n)]
             t = art.Trajectory(messages=[{"role": "user", "content": prompt}], reward=float(rng.random()))
             t.turns.append(art.assistant_turn(f"answer {g}.{k}", token_ids=ids, logprobs=[-1.0] * n))
@@ -50,18 +60,19 @@ def make_groups(vocab_low: int = 100, vocab_high: int = 40000, seed: int = 0):  
     return groups
 
 
-def run_ours() -> dict:
+def run_ours(base_model: str, shape: str) -> dict:
     import art_core as art
     from art_train.trainer import Trainer
 
-    model = art.TrainableModel(name="bench", project="bench", base_model="smollm2-135m")
+    model = art.TrainableModel(name="bench", project="bench", base_model=base_model)
     trainer = Trainer(model, art.RunDir("bench", "bench", root=tempfile.mkdtemp()), device="cpu")
-    result = trainer.train(make_groups(), art.TrainConfig(learning_rate=1e-5, max_seq_len=2048))
+    result = trainer.train(make_groups(shape=shape), art.TrainConfig(learning_rate=1e-5, max_seq_len=2048))
     m = result.metrics
-    return {"tokens": m["trained_tokens"], "seconds": m["time/forward_backward_s"] + m["time/tokenize_s"]}
+    return {"tokens": m["trained_tokens"], "seconds": m["time/forward_backward_s"] + m["time/tokenize_s"],
+            **{k: m[k] for k in WORK}}
 
 
-def run_trl(micro_batch: int) -> dict:
+def run_trl(micro_batch: int, base_model: str, shape: str) -> dict:
     from collections import defaultdict
     from types import SimpleNamespace
 
@@ -74,7 +85,7 @@ def run_trl(micro_batch: int) -> dict:
     from art_train.models import chat_template_for, load_causal_lm, load_tokenizer, resolve_base_model
     from art_train.trainer import step_advantages
 
-    path = resolve_base_model("smollm2-135m")
+    path = resolve_base_model(base_model)
     tok = load_tokenizer(path)
     template = chat_template_for(tok, art.ModelConfig())
     model = get_peft_model(
@@ -86,7 +97,7 @@ def run_trl(micro_batch: int) -> dict:
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.enable_input_require_grads()
     model.train()
-    groups = make_groups()
+    groups = make_groups(shape=shape)
     advs = step_advantages(groups)
     rows = []
     for g, a in zip(groups, advs, strict=True):
@@ -160,8 +171,8 @@ def run_trl(micro_batch: int) -> dict:
     return {"tokens": tokens, "seconds": time.perf_counter() - t0}
 
 
-def child(arm: str, micro_batch: int) -> None:
-    out = run_ours() if arm == "ours" else run_trl(micro_batch)
+def child(arm: str, micro_batch: int, base_model: str, shape: str) -> None:
+    out = run_ours(base_model, shape) if arm == "ours" else run_trl(micro_batch, base_model, shape)
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print("RESULT " + json.dumps(out), flush=True)
 
@@ -172,22 +183,37 @@ def main() -> None:
     ap.add_argument("--arms", default="ours,trl")
     ap.add_argument("--trl-micro-batch", type=int, default=8)
     ap.add_argument("--child")
+    ap.add_argument("--base-model", default="smollm2-135m")
+    ap.add_argument("--smoke", action="store_true", help="tiny model, 2 groups x 2 short rows; to --out or a temp file")
+    ap.add_argument("--out", type=Path, default=None, help=f"results file (default {RESULTS})")
     args = ap.parse_args()
+    shape = "smoke" if args.smoke else "full"
     if args.child:
-        child(args.child, args.trl_micro_batch)
+        child(args.child, args.trl_micro_batch, args.base_model, shape)
         return
+    out_path = args.out or RESULTS
     arms = args.arms.split(",")
+    if args.smoke:
+        import importlib.util
+
+        from _smoke import smoke_out, tiny_model
+
+        args.base_model, out_path = tiny_model(), smoke_out(args.out, "train_step.json")
+        if "trl" in arms and importlib.util.find_spec("trl") is None:  # TRL comes with the dev extras
+            print("smoke: TRL is not installed, skipping the trl arm", flush=True)
+            arms.remove("trl")
     runs: dict[str, list[dict]] = {a: [] for a in arms}
     for _ in range(args.runs):
         for arm in arms:  # alternating
-            cmd = [sys.executable, __file__, "--child", arm, "--trl-micro-batch", str(args.trl_micro_batch)]
+            cmd = [sys.executable, __file__, "--child", arm, "--trl-micro-batch", str(args.trl_micro_batch),
+                   "--base-model", args.base_model] + (["--smoke"] if args.smoke else [])
             out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
             r = json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
             r["tokens_per_s"] = r["tokens"] / r["seconds"]
             runs[arm].append(r)
             print(arm, r, flush=True)
-    if RESULTS.exists():  # arms not run this time keep their previous runs (listed in "kept_arms")
-        previous = json.loads(RESULTS.read_text()).get("runs", {})
+    if out_path.exists():  # arms not run this time keep their previous runs (listed in "kept_arms")
+        previous = json.loads(out_path.read_text()).get("runs", {})
         kept = [a for a in previous if a not in runs]
         runs.update({a: previous[a] for a in kept})
         arms = list(runs)
@@ -197,9 +223,9 @@ def main() -> None:
         "kept_arms": kept,
         "runs": runs,
         "config": {
-            "model": "SmolLM2-135M-Instruct (float32)",
-            "groups": 8,
-            "group_size": 4,
+            "model": "SmolLM2-135M-Instruct (float32)" if not args.smoke else f"tiny random model {args.base_model}",
+            "groups": SHAPES[shape]["groups"],
+            "group_size": SHAPES[shape]["group_size"],
             "lora_rank": 8,
             "lora_targets": "q,k,v,o,gate,up,down",
             "device": "cpu",
@@ -213,11 +239,13 @@ def main() -> None:
     for arm in arms:
         result[f"{arm}_tokens_per_s"] = statistics.median(r["tokens_per_s"] for r in runs[arm])
         result[f"{arm}_peak_rss_mb"] = statistics.median(r["peak_rss_mb"] for r in runs[arm])
+    if "ours" in arms:  # the step's work: deterministic for a given batch and code (no median needed)
+        result.update({f"ours_{k}": runs["ours"][-1][k] for k in WORK if k in runs["ours"][-1]})
     if "ours" in arms and "trl" in arms:
         result["ratio"] = result["ours_tokens_per_s"] / result["trl_tokens_per_s"]
         result["rss_ratio"] = result["ours_peak_rss_mb"] / result["trl_peak_rss_mb"]
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "runs"}, indent=2))
 
 

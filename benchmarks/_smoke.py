@@ -1,0 +1,28 @@
+"""What every benchmark's `--smoke` mode shares: the tiny random model and a results path outside results/.
+
+A smoke run proves a benchmark still runs against the library (tiny model, smallest sizes, seconds);
+its figures mean nothing and never go to benchmarks/results/. tests/benchmarks/test_smoke.py runs them all.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def tiny_model() -> str:
+    """The tiny random model's folder: $ART_SMOKE_MODEL when set (the tests' session model), else one built now."""
+    given = os.environ.get("ART_SMOKE_MODEL")
+    if given:
+        return given
+    from art_train.models import build_tiny_model
+
+    return str(build_tiny_model(Path(tempfile.gettempdir()) / "art-smoke-tiny-llama"))
+
+
+def smoke_out(out: str | os.PathLike[str] | None, name: str) -> Path:
+    """Where a smoke run writes its JSON: `out` when given, else a fresh temp file (never benchmarks/results)."""
+    if out is not None:
+        return Path(out)
+    return Path(tempfile.mkdtemp(prefix="art-smoke-")) / name
