@@ -1,6 +1,6 @@
 """Every relative link and every repository file named in the Markdown exists.
 
-Checked: README.md, CONTRIBUTING.md, CHANGELOG.md, docs/**/*.md and examples/*/README.md. A relative
+Checked: README.md, CONTRIBUTING.md, CHANGELOG.md, docs/**/*.md and examples/*/*.md. A relative
 link `[text](path#anchor)` must name a file or folder next to the page. A file named in backticks
 (`docs/mcp.md`, `tests/core/test_packages.py`, `scripts/test.sh`) must exist relative to the page or
 to the repository root, and a bare Markdown file name (`ARCHITECTURE.md`) must be a file of the
@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted(
     [p for p in (ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "CHANGELOG.md") if p.exists()]
     + list((ROOT / "docs").rglob("*.md"))
-    + list((ROOT / "examples").glob("*/README.md"))
+    + list((ROOT / "examples").glob("*/*.md"))
 )
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)|!\[[^\]]*\]\(([^)\s]+)\)")
 CODE = re.compile(r"`([^`\n]+)`")
