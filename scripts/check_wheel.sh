@@ -3,7 +3,7 @@
 # way a user does into fresh virtualenvs outside the repository, and runs a smoke test from there:
 #   1. the wheel alone (no extras): `import art_core` and the three plugins' import-free parts work
 #      without torch;
-#   2. CPU torch first, then the wheel with [all]: every package imports, `art --version`,
+#   2. CPU torch first, then the wheel with [all] (--no-compile: no .pyc for modules never imported): every package imports, `art --version`,
 #      `art demo --help`, the bundled MCP servers start from site-packages and list their tools.
 # Needs `build` in .venv (the dev extra). Leaves nothing behind but its temp folder, which it removes.
 set -euo pipefail
@@ -39,7 +39,7 @@ PY
 
 cd "$work"  # from here on nothing of the repository is on sys.path
 python3 -m venv base
-base/bin/python -m pip install -q "$wheel" 2>&1 | grep -v "is ignored" || true
+base/bin/python -m pip install -q --no-compile "$wheel" 2>&1 | grep -v "is ignored" || true
 base/bin/python - <<'PY'
 import sys
 
@@ -51,9 +51,9 @@ print(f"check_wheel: art_core {art_core.__version__} from the bare wheel, no tor
 PY
 
 python3 -m venv full
-full/bin/python -m pip install -q "torch==2.13.0" 2>&1 | grep -v "is ignored" || true
+full/bin/python -m pip install -q --no-compile "torch==2.13.0" 2>&1 | grep -v "is ignored" || true
 echo "check_wheel: CPU torch installed at $(( $(date +%s) - start )) s"
-full/bin/python -m pip install -q "$wheel[all]" 2>&1 | grep -v "is ignored" || true
+full/bin/python -m pip install -q --no-compile "$wheel[all]" 2>&1 | grep -v "is ignored" || true
 echo "check_wheel: the wheel with [all] installed at $(( $(date +%s) - start )) s"
 full/bin/python - <<'PY'
 import importlib
