@@ -1,20 +1,26 @@
 #!/usr/bin/env bash
 # Builds the sdist and wheel, checks the wheel carries the non-Python files ART needs, installs it the
 # way a user does into fresh virtualenvs outside the repository, and runs a smoke test from there:
-#   1. the wheel alone (no extras): `import art_core` and the three plugins' import-free parts work
-#      without torch;
-#   2. CPU torch first, then the wheel with [all] (--no-compile: no .pyc for modules never imported): every package imports, `art --version`,
+#   1. the wheel alone (no extras): `import art_core` works and imports no torch;
+#   2. CPU torch first, then the wheel with [all]: every package imports, `art --version`,
 #      `art demo --help`, the bundled MCP servers start from site-packages and list their tools.
-# Needs `build` in .venv (the dev extra). Leaves nothing behind but its temp folder, which it removes.
+# (pip --no-compile: no .pyc for modules the smoke never imports.)
+# Needs only python3 (PYTHON overrides it) and the package index; it removes its temp folder.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-PY=${PYTHON:-.venv/bin/python}
+PY=${PYTHON:-python3}
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 start=$(date +%s)
+pip_quiet() {  # pip install, its output shown only when it fails
+  local out
+  out=$("$@" 2>&1) || { echo "$out" | grep -v "is ignored" >&2; echo "check_wheel: failed: $*" >&2; return 1; }
+}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-"$PY" -m build --outdir "$work/dist" . >"$work/build.log" 2>&1 || { tail -30 "$work/build.log"; exit 1; }
+"$PY" -m venv "$work/tools"  # its own `build`, so it needs nothing of .venv and can run beside setup.sh
+pip_quiet "$work/tools/bin/python" -m pip install -q build
+"$work/tools/bin/python" -m build --outdir "$work/dist" . >"$work/build.log" 2>&1 || { tail -30 "$work/build.log"; exit 1; }
 wheel=$(ls "$work"/dist/*.whl)
 ls "$work"/dist/*.tar.gz >/dev/null
 echo "check_wheel: built $(basename "$wheel") and its sdist in $(( $(date +%s) - start )) s"
@@ -39,7 +45,7 @@ PY
 
 cd "$work"  # from here on nothing of the repository is on sys.path
 python3 -m venv base
-base/bin/python -m pip install -q --no-compile "$wheel" 2>&1 | grep -v "is ignored" || true
+pip_quiet base/bin/python -m pip install -q --no-compile "$wheel"
 base/bin/python - <<'PY'
 import sys
 
@@ -51,9 +57,9 @@ print(f"check_wheel: art_core {art_core.__version__} from the bare wheel, no tor
 PY
 
 python3 -m venv full
-full/bin/python -m pip install -q --no-compile "torch==2.13.0" 2>&1 | grep -v "is ignored" || true
+pip_quiet full/bin/python -m pip install -q --no-compile "torch==2.13.0"
 echo "check_wheel: CPU torch installed at $(( $(date +%s) - start )) s"
-full/bin/python -m pip install -q --no-compile "$wheel[all]" 2>&1 | grep -v "is ignored" || true
+pip_quiet full/bin/python -m pip install -q --no-compile "$wheel[all]"
 echo "check_wheel: the wheel with [all] installed at $(( $(date +%s) - start )) s"
 full/bin/python - <<'PY'
 import importlib
