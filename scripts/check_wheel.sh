@@ -20,7 +20,14 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$PY" -m venv "$work/tools"  # its own `build`, so it needs nothing of .venv and can run beside setup.sh
 pip_quiet "$work/tools/bin/python" -m pip install -q build
-"$work/tools/bin/python" -m build --outdir "$work/dist" . >"$work/build.log" 2>&1 || { tail -30 "$work/build.log"; exit 1; }
+# build from a copy of the files git would commit: no ignored ones (.venv, build/) get in, and setuptools' egg-info is not
+# written into the tree that scripts/setup.sh is installing from at the same time
+mkdir "$work/src"
+git ls-files -z --cached --others --exclude-standard \
+  | while IFS= read -r -d '' f; do if [ -e "$f" ]; then printf '%s\0' "$f"; fi; done \
+  | xargs -0 cp --parents -t "$work/src"
+"$work/tools/bin/python" -m build --outdir "$work/dist" "$work/src" >"$work/build.log" 2>&1 \
+  || { tail -30 "$work/build.log"; exit 1; }
 wheel=$(ls "$work"/dist/*.whl)
 ls "$work"/dist/*.tar.gz >/dev/null
 echo "check_wheel: built $(basename "$wheel") and its sdist in $(( $(date +%s) - start )) s"
