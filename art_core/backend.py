@@ -36,12 +36,16 @@ class TrainResult(BaseModel):
 class ModelLike(Protocol):
     """What a backend reads from the model it is given (`art_core.Model` and `TrainableModel` are such)."""
 
-    name: str
-    project: str
-    base_model: str | None
-    trainable: bool
+    @property
+    def name(self) -> str: ...
+    @property
+    def project(self) -> str: ...
+    @property
+    def base_model(self) -> str | None: ...
+    @property
+    def trainable(self) -> bool: ...
 
-    def model_dump(self, *, mode: str = "python", **kwargs: Any) -> dict[str, Any]: ...
+    def model_dump(self, *, mode: str = "python", exclude_unset: bool = False) -> dict[str, Any]: ...
 
 
 @runtime_checkable

@@ -154,7 +154,7 @@ def add_completion(
         if tools:
             joined.tools = tools
         return joined
-    history = History(messages=[*(dict(m) for m in request), reply], tools=tools)
+    history = History(messages=[*(dict(m) for m in request), reply], tools=tools)  # type: ignore[call-arg]
     traj.additional_histories.append(history)
     return history
 

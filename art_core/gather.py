@@ -6,7 +6,7 @@ import asyncio
 import inspect
 import logging
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from rich.progress import (
@@ -80,7 +80,7 @@ async def _run(aw: Awaitable[Trajectory], sem: asyncio.Semaphore | None) -> Traj
         return exc
 
 
-async def _settle(tasks: list[asyncio.Future[Any]]) -> None:
+async def _settle(tasks: Sequence[asyncio.Future[Any]]) -> None:
     """Wait until every task is done, even if this task is cancelled meanwhile (then re-raise that)."""
     cancelled = False
     while not all(t.done() for t in tasks):

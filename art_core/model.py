@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import openai
@@ -83,7 +83,9 @@ class Model(BaseModel):
             http_client = httpx.AsyncClient(
                 transport=CapturingTransport(trainable=self.trainable), timeout=timeout
             )
-        return openai.AsyncOpenAI(base_url=base_url, api_key=api_key, http_client=http_client, timeout=timeout, **kwargs)
+        # openai 3.x annotates http_client with httpx2's client; an httpx one works (tests/core/test_capture_client.py)
+        return openai.AsyncOpenAI(base_url=base_url, api_key=api_key, http_client=cast(Any, http_client),
+                                  timeout=timeout, **kwargs)
 
     def litellm_params(self) -> dict[str, Any]:
         """Keyword arguments for `litellm.completion` / `acompletion` that reach this model."""
@@ -170,7 +172,7 @@ class TrainableModel(Model):
         verbose: bool = True,
     ) -> TrainResult:
         """Supervised fine-tuning on the assistant turns of trajectories or plain message lists."""
-        trajectories = [d if isinstance(d, Trajectory) else Trajectory(messages=list(d)) for d in data]
+        trajectories = [d if isinstance(d, Trajectory) else Trajectory(messages=list(d)) for d in data]  # type: ignore[call-arg]
         result = await self.backend().train_sft(self, trajectories, config or SFTConfig(), verbose=verbose)
         self.reporter().log(result.metrics, split="sft", step=result.step)
         return result

@@ -114,6 +114,7 @@ class RemoteBackend:
                                "retrying step id %s", exc, self.restart_timeout, body["step_id"])
                 await self._wait_for_server()
                 await self.register(model)
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     async def _wait_for_server(self) -> None:
         deadline = time.monotonic() + self.restart_timeout
@@ -145,7 +146,8 @@ class RemoteBackend:
 
     async def log(self, model: Model, groups: list[TrajectoryGroup], split: str, step: int | None) -> dict[str, Any]:
         body = {"groups": [g.model_dump(mode="json") for g in groups], "split": split, "step": step}
-        return await self._json("POST", f"/art/v1/models/{model.name}/log", body)
+        metrics: dict[str, Any] = await self._json("POST", f"/art/v1/models/{model.name}/log", body)
+        return metrics
 
     async def list_checkpoints(self, model: Model) -> list[int]:
         return list((await self._json("GET", f"/art/v1/models/{model.name}/checkpoints"))["steps"])

@@ -154,8 +154,8 @@ def load_sft_jsonl(path: str | Path, *, mask: Mask = "all") -> list[Trajectory]:
                 ) from None
             validate_sft_record(record, where=where)
             metadata = {**(record.get("metadata") or {}), "source": where}
-            out.append(Trajectory(messages=mask_turns(record["messages"], mask), tools=record.get("tools"),
-                                  metadata=metadata))  # fmt: skip
+            out.append(Trajectory(messages=mask_turns(record["messages"], mask),  # type: ignore[call-arg]
+                                  tools=record.get("tools"), metadata=metadata))
     if not out:
         raise SFTDataError(f"{path}: no records; write one JSON object with 'messages' per line")
     return out

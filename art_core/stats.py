@@ -61,7 +61,7 @@ def permutation_p_value(diffs: Sequence[float], *, n_perm: int = 10_000, seed: i
             abs(math.fsum(s * d for s, d in zip(signs, diffs, strict=True))) >= observed
             for signs in itertools.product((1, -1), repeat=n)
         )
-        return hits / 2**n
+        return hits / 2.0**n
     rng = random.Random(seed)
     hits = sum(abs(math.fsum(d if rng.random() < 0.5 else -d for d in diffs)) >= observed for _ in range(n_perm))
     return (hits + 1) / (n_perm + 1)

