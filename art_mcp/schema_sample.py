@@ -122,7 +122,9 @@ class Sampler:
         """One argument object for the tool."""
         value = self.value(self.schema, "", pool or ValuePool(), 0)
         if not isinstance(value, dict):
-            raise SchemaError(f"the tool's input schema is not an object schema: {json.dumps(self.schema)[:200]}")
+            raise SchemaError(
+                f"the tool's input schema is not an object schema: {json.dumps(self.schema)[:200]}"
+            )
         return value
 
     def _resolve(self, schema: dict[str, Any]) -> dict[str, Any]:
@@ -131,7 +133,9 @@ class Sampler:
             ref = schema["$ref"]
             name = ref.rsplit("/", 1)[-1]
             if not ref.startswith("#/") or name not in self.defs or seen > 20:
-                raise SchemaError(f"cannot follow $ref {ref!r}; only local '#/$defs/...' references are followed")
+                raise SchemaError(
+                    f"cannot follow $ref {ref!r}; only local '#/$defs/...' references are followed"
+                )
             schema = {**self.defs[name], **{k: v for k, v in schema.items() if k != "$ref"}}
             seen += 1
         for key in ("anyOf", "oneOf"):
@@ -156,11 +160,19 @@ class Sampler:
         if schema.get("enum"):
             return self.rng.choice(schema["enum"])
         kind = self._type(schema)
-        given = [*schema.get("examples", []), *([schema["default"]] if schema.get("default") is not None else [])]
+        given = [
+            *schema.get("examples", []),
+            *([schema["default"]] if schema.get("default") is not None else []),
+        ]
         seen = [v for v in pool.matching(name) if _fits(v, kind)] if name else []
         if seen and self.rng.random() < 0.8:
             return self.rng.choice(seen)
-        if kind == "string" and not schema.get("format") and self.rng.random() < 0.3 and (anything := pool.strings()):
+        if (
+            kind == "string"
+            and not schema.get("format")
+            and self.rng.random() < 0.3
+            and (anything := pool.strings())
+        ):
             return self.rng.choice(anything)  # a value from an earlier result: a search that finds something
         if given and self.rng.random() < 0.5:
             return self.rng.choice(given)
@@ -211,8 +223,12 @@ class Sampler:
         return out
 
     def _integer(self, schema: dict[str, Any]) -> int:
-        low = schema.get("minimum", schema.get("exclusiveMinimum", -1) + 1 if "exclusiveMinimum" in schema else 0)
-        high = schema.get("maximum", schema.get("exclusiveMaximum", 1) - 1 if "exclusiveMaximum" in schema else None)
+        low = schema.get(
+            "minimum", schema.get("exclusiveMinimum", -1) + 1 if "exclusiveMinimum" in schema else 0
+        )
+        high = schema.get(
+            "maximum", schema.get("exclusiveMaximum", 1) - 1 if "exclusiveMaximum" in schema else None
+        )
         low = int(low)
         high = int(high) if high is not None else max(low + 100, low)
         step = int(schema.get("multipleOf", 1)) or 1
@@ -270,7 +286,9 @@ class Sampler:
             "hostname": f"{word}.example.com",
             "ipv4": f"192.0.2.{r.randint(1, 254)}",
             "ipv6": f"2001:db8::{r.randint(1, 9999):x}",
-            "uuid": "-".join("".join(r.choice("0123456789abcdef") for _ in range(n)) for n in (8, 4, 4, 4, 12)),
+            "uuid": "-".join(
+                "".join(r.choice("0123456789abcdef") for _ in range(n)) for n in (8, 4, 4, 4, 12)
+            ),
         }
         return by_format.get(fmt, "".join(r.choice(string.ascii_lowercase) for _ in range(8)))
 

@@ -162,7 +162,9 @@ async def _explore(session: McpSession, plan: StatePlan, rng: random.Random, len
             break
         tool = rng.choice(tools)
         try:
-            args = Sampler(compat.input_schema(tool) or {}, description=tool.description, rng=rng).arguments(pool)
+            args = Sampler(compat.input_schema(tool) or {}, description=tool.description, rng=rng).arguments(
+                pool
+            )
         except SchemaError as exc:
             logger.info("skipping tool %s: %s", tool.name, exc)
             continue
@@ -258,7 +260,9 @@ def _checkable(value: Any) -> bool:
     return bool(leaves(value)) and not (isinstance(value, dict) and set(value) == {"error"})
 
 
-def tasks_from_walk(steps: list[Step], descriptions: dict[str, str | None], stateful: bool) -> list[VerifiedTask]:
+def tasks_from_walk(
+    steps: list[Step], descriptions: dict[str, str | None], stateful: bool
+) -> list[VerifiedTask]:
     """One task per successful call of a gold walk; earlier state-changing calls become its setup."""
     tasks = []
     for i, step in enumerate(steps):
@@ -309,7 +313,9 @@ async def generate_verified_tasks(
     for _ in range(max_walks):
         if len(kept) >= n:
             break
-        steps, tools = await gold_walk(server, random.Random(rng.getrandbits(64)), walk_length, timeout=timeout)
+        steps, tools = await gold_walk(
+            server, random.Random(rng.getrandbits(64)), walk_length, timeout=timeout
+        )
         descriptions = {t.name: t.description for t in tools}
         calls += len(steps)
         errors += sum(s.is_error for s in steps)
@@ -324,7 +330,9 @@ async def generate_verified_tasks(
             "calls and errors. Tools whose arguments cannot be guessed from their schemas need --tasks FILE"
         )
     if len(kept) < n:
-        logger.warning("made %d of the %d verified tasks asked for (raise the walks, or ask for fewer)", len(kept), n)
+        logger.warning(
+            "made %d of the %d verified tasks asked for (raise the walks, or ask for fewer)", len(kept), n
+        )
     return list(kept.values())
 
 
@@ -395,7 +403,9 @@ def score(task: VerifiedTask, final_answer: str | None, state: dict[str, Any] | 
     return answer_score(task.gold, final_answer)
 
 
-async def verified_rollout(model: Model, pool: ServerPool, task: VerifiedTask, **rollout_kwargs: Any) -> Trajectory:
+async def verified_rollout(
+    model: Model, pool: ServerPool, task: VerifiedTask, **rollout_kwargs: Any
+) -> Trajectory:
     """`art_mcp.rollout` in a fresh server with the task's setup replayed first, scored against its gold run.
 
     The reward lands in ``trajectory.reward`` (and ``metrics["verified"]``); ``metadata["state"]``
@@ -417,7 +427,9 @@ async def verified_rollout(model: Model, pool: ServerPool, task: VerifiedTask, *
     return traj
 
 
-def gold_trajectory(task: VerifiedTask, tools: list[dict[str, Any]], system_prompt: str | None = None) -> Trajectory:
+def gold_trajectory(
+    task: VerifiedTask, tools: list[dict[str, Any]], system_prompt: str | None = None
+) -> Trajectory:
     """The gold run as an SFT example: the call, its result, then `complete_task` with the answer."""
     from .agent import DEFAULT_SYSTEM_PROMPT
 
@@ -429,7 +441,11 @@ def gold_trajectory(task: VerifiedTask, tools: list[dict[str, Any]], system_prom
 
     def call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         fn = {"name": name, "arguments": json.dumps(arguments)}
-        return {"role": "assistant", "content": "", "tool_calls": [{"id": call_id, "type": "function", "function": fn}]}
+        return {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": call_id, "type": "function", "function": fn}],
+        }
 
     messages = [
         {"role": "system", "content": system_prompt or DEFAULT_SYSTEM_PROMPT},
@@ -439,7 +455,9 @@ def gold_trajectory(task: VerifiedTask, tools: list[dict[str, Any]], system_prom
         call("call_1", COMPLETE_TASK, {"answer": answer}),
     ]
     names = {t["function"]["name"] for t in tools}
-    return Trajectory(messages=messages, tools=[*tools, *([] if COMPLETE_TASK in names else [COMPLETE_TASK_TOOL])])
+    return Trajectory(
+        messages=messages, tools=[*tools, *([] if COMPLETE_TASK in names else [COMPLETE_TASK_TOOL])]
+    )
 
 
 # --- wording by an LLM -----------------------------------------------------------------------------
@@ -472,7 +490,9 @@ async def reword_tasks(tasks: list[VerifiedTask], generator: str, *, litellm_par
         text = " ".join((response.choices[0].message.content or "").split())
         missing = [v for v in _values(task.call) if v.lower() not in text.lower()]
         if len(text) < 12 or missing:
-            logger.info("keeping the template for %s (the rewording dropped %s)", task.id, missing or "everything")
+            logger.info(
+                "keeping the template for %s (the rewording dropped %s)", task.id, missing or "everything"
+            )
             return task
         return task.model_copy(update={"task": text})
 
