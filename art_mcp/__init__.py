@@ -29,8 +29,8 @@ from .autorl import (
     split_tasks,
 )
 from .pool import Isolation, ServerPool
-from .servers import bundled_server
 from .schema_sample import ValuePool, sample_arguments
+from .servers import bundled_server
 from .session import (
     McpServerError,
     McpSession,
