@@ -18,7 +18,9 @@ RANDOM = [sys.executable, str(Path(__file__).with_name("random_server.py"))]
 
 
 def _model(llm: ScriptedOpenAI) -> Model:
-    return Model(name="agent", inference_base_url=llm.url, inference_api_key="x", inference_model_name="scripted")
+    return Model(
+        name="agent", inference_base_url=llm.url, inference_api_key="x", inference_model_name="scripted"
+    )
 
 
 def _call(name: str, **args: object) -> dict:
@@ -32,7 +34,9 @@ def calculator_tasks() -> list[art_mcp.VerifiedTask]:
 
 @pytest.fixture(scope="module")
 def notes_tasks() -> list[art_mcp.VerifiedTask]:
-    return asyncio.run(art_mcp.generate_verified_tasks(art_mcp.bundled_server("notes"), 8, seed=3, walk_length=4))
+    return asyncio.run(
+        art_mcp.generate_verified_tasks(art_mcp.bundled_server("notes"), 8, seed=3, walk_length=4)
+    )
 
 
 def test_answer_score_by_hand():
@@ -93,7 +97,9 @@ async def test_state_after_the_agent_run_is_checked_against_the_gold_run(notes_t
     task = next(t for t in notes_tasks if t.kind == "state" and t.call.name == "add_note")
     other = {**task.call.arguments, "title": task.call.arguments["title"] + " two"}
     async with art_mcp.ServerPool(art_mcp.bundled_server("notes"), isolation="per_rollout") as pool:
-        with ScriptedOpenAI([_call("add_note", **task.call.arguments), _call("complete_task", answer="ok")]) as llm:
+        with ScriptedOpenAI(
+            [_call("add_note", **task.call.arguments), _call("complete_task", answer="ok")]
+        ) as llm:
             good = await art_mcp.verified_rollout(_model(llm), pool, task)
         with ScriptedOpenAI([_call("add_note", **other), _call("complete_task", answer="ok")]) as llm:
             wrong_title = await art_mcp.verified_rollout(_model(llm), pool, task)
@@ -142,6 +148,30 @@ def test_gold_runs_make_sft_traces(calculator_tasks):
 def test_tasks_round_trip_through_jsonl(tmp_path, notes_tasks):
     path = art_mcp.save_tasks(tmp_path / "tasks.jsonl", notes_tasks)
     assert art_mcp.load_verified_tasks(path) == notes_tasks
-    plain = art_mcp.save_tasks(tmp_path / "plain.jsonl", [art_mcp.Task(task="Save a note about milk", difficulty=1)])
+    plain = art_mcp.save_tasks(
+        tmp_path / "plain.jsonl", [art_mcp.Task(task="Save a note about milk", difficulty=1)]
+    )
     with pytest.raises(ValueError, match="plain.jsonl:1 is not a verified task"):
         art_mcp.load_verified_tasks(plain)
+
+
+async def test_a_generator_rewords_tasks_but_never_drops_a_value(calculator_tasks):
+    a, b = calculator_tasks[:2]
+    keeps = next(iter(a.call.arguments.values()))
+
+    def reply(body: dict) -> dict:
+        asked = body["messages"][0]["content"]
+        if a.task in asked:
+            return {"content": f"Hey, could you work out {keeps} for me?"}
+        return {"content": "Could you work that out for me?"}  # drops the values: the template stays
+
+    with ScriptedOpenAI(reply) as llm:
+        out = await art_mcp.reword_tasks(
+            [a, b], "openai/writer", litellm_params={"api_base": llm.url, "api_key": "x"}
+        )
+    assert len(llm.requests) == 2
+    if len(a.call.arguments) == 1:
+        assert out[0].task == f"Hey, could you work out {keeps} for me?" and out[0].gold == a.gold
+    else:  # convert_units: the reply keeps only one of three values
+        assert out[0].task == a.task
+    assert out[1].task == b.task
