@@ -26,6 +26,7 @@ The gold runs also give SFT warm-up traces (`gold_trajectory`): the call, its re
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import math
@@ -270,8 +271,12 @@ def tasks_from_walk(
         if step.is_error or (kind == "answer" and not _checkable(step.value)):
             continue
         setup = [s.call for s in steps[:i] if s.changed] if stateful else []
+        key = json.dumps([[c.model_dump() for c in setup], step.call.model_dump()], sort_keys=True)
         tasks.append(
             VerifiedTask(
+                id=hashlib.sha1(key.encode()).hexdigest()[
+                    :10
+                ],  # the same words after another setup: another task
                 task=word_task(step.call, kind, descriptions.get(step.call.name)),
                 difficulty=min(5, 1 + (kind == "state") + len(setup) // 3),
                 tools=[step.call.name],
@@ -320,9 +325,8 @@ async def generate_verified_tasks(
         calls += len(steps)
         errors += sum(s.is_error for s in steps)
         for task in tasks_from_walk(steps, descriptions, bool(StatePlan.of(tools))):
-            key = json.dumps([[c.model_dump() for c in task.setup], task.call.model_dump()], sort_keys=True)
-            if key not in kept and len(kept) < n:
-                kept[key] = task
+            if task.id not in kept and len(kept) < n:
+                kept[task.id] = task
     logger.info("verified tasks: %d kept from %d sampled calls (%d errors)", len(kept), calls, errors)
     if not kept:
         raise ValueError(

@@ -84,6 +84,7 @@ async def test_a_right_answer_scores_1_and_a_wrong_one_0(calculator_tasks):
 def test_notes_tasks_check_state_and_replay_setup(notes_tasks):
     kinds = {t.kind for t in notes_tasks}
     assert kinds == {"answer", "state"}
+    assert len({t.id for t in notes_tasks}) == len(notes_tasks)  # the same words after another setup differ
     stateful = [t for t in notes_tasks if t.kind == "state"]
     for t in stateful:
         assert "list_notes" in t.state  # read back with the server's own read tools
