@@ -43,6 +43,7 @@ from art_core import (
     gather_trajectory_groups,
 )
 
+from . import verified_run
 from .agent import rollout
 from .autorl import (
     Task,
@@ -56,6 +57,7 @@ from .autorl import (
 from .pool import ServerPool
 from .servers import BUNDLED, bundled_server
 from .session import ServerSpec, connect
+from .verified_run import SFT_EPOCHS
 
 console = Console(stderr=True)
 logger = logging.getLogger(__name__)
@@ -72,8 +74,9 @@ SELF_MAX_TOKENS = {"generator": 2048, "judge": 1024}
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="art autorl",
-        description="Train an agent on an MCP server's tools from zero data: generate tasks, roll out, "
-        "score with RULER, train, and compare held-out tasks before and after.",
+        description="Train an agent on an MCP server's tools from zero data. Without --judge (the default): "
+        "verified tasks sampled from the tool schemas, rewards checked against gold runs, SFT on the gold runs, "
+        "then RL (docs/mcp.md). With --judge: LLM-written tasks scored by RULER.",
     )
     p.add_argument(
         "--mcp",
@@ -82,15 +85,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--generator",
-        required=True,
-        help="litellm model that writes the tasks, e.g. openai/gpt-4.1; or 'self': --base-model itself, "
+        help="litellm model that writes the tasks (with --judge) or rewords the verified ones (without), "
+        "e.g. openai/gpt-4.1; or 'self': --base-model itself, "
         "served untrained by the run's backend as <name>-base (no API needed; a small model rarely "
         "writes valid tasks, see --tasks)",
     )
     p.add_argument(
         "--judge",
-        required=True,
-        help="litellm model that scores groups (RULER); or 'self': --base-model itself, served untrained "
+        help="litellm model that scores groups (RULER); without it, rewards are checked against gold runs "
+        "(verified tasks; the server must be deterministic); or 'self': --base-model itself, served untrained "
         "by the run's backend as <name>-base (no API needed; a group the judge cannot score is dropped "
         "and counted in the report)",
     )
@@ -152,12 +155,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--output", default="autorl-run", help="folder for tasks, the run directory and report.json"
     )
     p.add_argument("--seed", type=int, default=0)
+    verified = p.add_argument_group("verified tasks (no --judge)")
+    verified.add_argument("--walk-length", type=int, default=6, help="successful calls per gold walk (default 6)")
+    verified.add_argument("--sft-epochs", type=int, default=SFT_EPOCHS,
+                          help=f"epochs of SFT on the training tasks' gold runs before RL; 0 skips (default {SFT_EPOCHS})")
+    verified.add_argument("--sft-learning-rate", type=float, default=5e-4)
+    verified.add_argument("--sft-batch-size", type=int, default=4)
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     return p
 
 
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Reject option combinations that cannot work (argparse's exit 2) and fill the 'self' reply caps."""
+    if args.judge and not (args.generator or args.tasks):
+        parser.error("--judge (RULER) needs tasks: pass --generator MODEL or --tasks FILE.jsonl")
     for role in ("generator", "judge"):
         cap = getattr(args, f"{role}_max_tokens")
         if cap is not None and cap < 1:
@@ -262,6 +273,8 @@ async def run(
     `make_scorer(args, judge)` gets ``args.judge``, or with ``--judge self`` the served base model (a
     registered `TrainableModel` that is never trained) to judge with.
     """
+    if args.judge is None:  # the default: verified tasks and rewards (verified_run.py)
+        return await verified_run.run(args, make_backend=make_backend)
     litellm = import_litellm()
 
     litellm.suppress_debug_info = True  # its "Provider List" banners would break up the progress output

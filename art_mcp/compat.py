@@ -58,6 +58,12 @@ def input_schema(tool: mcp_types.Tool) -> dict[str, Any] | None:
     return _field(tool, "input_schema", "inputSchema")
 
 
+def read_only_hint(tool: mcp_types.Tool) -> bool | None:
+    """The tool's `readOnlyHint` annotation (None when the server gives none)."""
+    annotations = getattr(tool, "annotations", None)
+    return None if annotations is None else _field(annotations, "read_only_hint", "readOnlyHint")
+
+
 def structured_content(result: mcp_types.CallToolResult) -> dict[str, Any] | None:
     return _field(result, "structured_content", "structuredContent")
 
@@ -169,6 +175,7 @@ __all__ = [
     "list_tools",
     "mcp_types",
     "next_cursor",
+    "read_only_hint",
     "streamable_http",
     "structured_content",
 ]
