@@ -55,6 +55,14 @@ class TrainConfig(BaseModel):
     pack_tokens: int | None = Field(
         None, ge=16, description="Tokens per packed row; None picks from max_seq_len."
     )
+    train_unsampled_turns: bool = Field(
+        False,
+        description=(
+            "Also train assistant turns that carry no sampled token ids (a teacher's, a hand-built chat "
+            "model's): re-tokenized from their text and counted as `tokenize/retokenized_turns`. Off: they "
+            "are context (`tokenize/unsampled_context_turns`), since the policy never sampled them."
+        ),
+    )
 
 
 class SFTConfig(BaseModel):
