@@ -14,6 +14,7 @@ from .config import ModelConfig, SFTConfig, TrainConfig
 from .loggers import Reporter, chosen_loggers, judge_metrics
 from .openai_capture import CapturingTransport
 from .rundir import check_name
+from .samples import note_trainable
 from .trajectory import Message, Trajectory, TrajectoryGroup
 
 
@@ -53,6 +54,8 @@ class Model(BaseModel):
         self.inference_base_url = reg.base_url
         self.inference_api_key = reg.api_key
         self.inference_model_name = reg.served_name
+        if self.trainable:  # an app's own chat model that names it gets its sampled ids back (samples.py)
+            note_trainable(reg.base_url, reg.served_name, reg.api_key)
 
     def served_name(self, step: int | None = None) -> str:
         name = self.inference_model_name or self.name

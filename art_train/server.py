@@ -23,6 +23,7 @@ from art_core.backend import DEFAULT_BEST_METRIC
 
 from .engines.base import ChatRequest, EngineError, SamplingParams
 from .prometheus import install_metrics
+from .sample_store import SampleStore, StreamRecorder
 from .service import ModelService, ServiceError
 
 __all__ = ["ChatCompletionBody", "create_app"]
@@ -109,6 +110,12 @@ class _LogBody(BaseModel):
     step: int | None = None
 
 
+class _SampleQuery(BaseModel):
+    completion_id: str | None = None
+    index: int = Field(0, ge=0)
+    digest: str | None = None
+
+
 class _DeleteBody(BaseModel):
     steps: list[int] | None = None
     best_checkpoint_metric: str | None = DEFAULT_BEST_METRIC
@@ -178,6 +185,7 @@ def create_app(service: ModelService, *, api_key: str | None = None, max_body_by
     """
     app = FastAPI(title="ART", docs_url=None, redoc_url=None)
     app.state.service = service
+    samples = app.state.samples = SampleStore()  # recent completions' token ids, for clients that dropped them
     app.add_middleware(_BodyLimit, limit=max_body_bytes)
 
     @app.middleware("http")
@@ -239,23 +247,33 @@ def create_app(service: ModelService, *, api_key: str | None = None, max_body_by
         chat_request = body.to_request()
         if not body.stream:  # a plain dict of JSON types: json.dumps it, skip FastAPI's 10x slower encoder
             answer = await service.chat(body.model, chat_request)
+            samples.add_response(answer)
             if metrics is not None:
                 metrics.completion(body.model, answer)
             return JSONResponse(answer)
         chunks = await service.chat_stream(body.model, chat_request)
 
         async def sse() -> AsyncIterator[bytes]:
+            recorder = StreamRecorder(samples)
             try:
                 async for chunk in chunks:
                     if metrics is not None:
                         metrics.stream_chunk(body.model, chunk)
+                    recorder.chunk(chunk)
                     yield f"data: {json.dumps(chunk)}\n\n".encode()
+                recorder.done()
             except (EngineError, ServiceError) as exc:
                 err = {"error": {"message": str(exc), "type": exc.type}}
                 yield f"data: {json.dumps(err)}\n\n".encode()
             yield b"data: [DONE]\n\n"
 
         return StreamingResponse(sse(), media_type="text/event-stream")
+
+    @app.post("/art/v1/samples")
+    async def sample(request: Request) -> dict[str, Any]:
+        """A recent completion's sampled ids and logprobs, by completion id or logprobs digest (sample_store.py)."""
+        query: _SampleQuery = _parse(_SampleQuery, await _json(request))
+        return {"sample": samples.get(query.completion_id, query.index, query.digest)}
 
     # -- training API --------------------------------------------------------------------------
     @app.post("/art/v1/models/register")
