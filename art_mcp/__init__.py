@@ -40,6 +40,7 @@ from .session import (
     resolve_server,
     to_openai_tool,
 )
+from .tool_specs import openai_parameters
 
 __all__ = [
     "COMPLETE_TASK",
@@ -60,6 +61,7 @@ __all__ = [
     "dedupe",
     "generate_tasks",
     "load_tasks",
+    "openai_parameters",
     "request_params",
     "resolve_server",
     "rollout",

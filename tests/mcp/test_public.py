@@ -29,6 +29,7 @@ def test_public_surface_is_pinned():
             "dedupe",
             "generate_tasks",
             "load_tasks",
+            "openai_parameters",
             "request_params",
             "resolve_server",
             "rollout",
