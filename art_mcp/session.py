@@ -22,6 +22,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, Any
 
 import anyio
@@ -33,6 +34,7 @@ from art_core import current_trajectory, record_tool_result
 from . import compat
 from .compat import CONNECTION_CLOSED, REQUEST_TIMEOUT, MCPError, mcp_types
 from .content import result_content
+from .processes import mark, marked, stop_marked
 from .tool_specs import ToolNames, openai_parameters
 
 logger = logging.getLogger(__name__)
@@ -283,6 +285,12 @@ class McpSession:
         return self._crashed
 
 
+def _parent(pid: int) -> int | None:
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    return None
+
+
 def _tail(file: IO[str] | None, lines: int = 20) -> str:
     if file is None:
         return ""
@@ -375,8 +383,11 @@ class Connection:
         target = resolve_server(server)
         if workdir is not None and not isinstance(target, str):
             target = with_rollout_dir(target, workdir)
+        self._token: str | None = None  # the marker in a stdio server's env (processes.py)
+        if not isinstance(target, str):
+            target, self._token = mark(target)
         self.target = target
-        self.label = describe(self.target)
+        self.label = describe(target)
         self.timeout = timeout
         self.startup_timeout = startup_timeout
         self.max_output_chars = max_output_chars
@@ -415,6 +426,7 @@ class Connection:
     async def _own(self) -> None:
         assert self._ready is not None
         stderr = None
+        group: int | None = None
         if not isinstance(self.target, str):
             # append mode: the child writes at the end whatever offset our reads leave behind
             stderr = tempfile.TemporaryFile("a+", encoding="utf-8", errors="replace")
@@ -430,6 +442,9 @@ class Connection:
                 with anyio.fail_after(self.startup_timeout):
                     await client.initialize()
                     tools = await compat.list_tools(client)
+                if self._token is not None:  # the server is our child, and leads its own process group
+                    group = next((p for p in await asyncio.to_thread(marked, self._token)
+                                  if _parent(p) == os.getpid()), None)
                 session = McpSession(
                     client,
                     tools,
@@ -450,6 +465,10 @@ class Connection:
             elif not isinstance(exc, asyncio.CancelledError):
                 logger.debug("MCP server %s closed with %r", self.label, exc)
         finally:
+            if self._token is not None:  # the SDK has stopped the server; now whatever it started
+                stopped = await stop_marked(self._token, group)
+                if stopped:
+                    logger.debug("MCP server %s: stopped %d leftover process(es)", self.label, stopped)
             if stderr is not None:
                 stderr.close()
 
