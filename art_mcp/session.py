@@ -499,6 +499,7 @@ async def connect(
     timeout: float | None = 30.0,
     startup_timeout: float = 60.0,
     max_output_chars: int | None = DEFAULT_MAX_OUTPUT_CHARS,
+    workdir: str | None = None,
 ) -> AsyncIterator[McpSession]:
     """Connect to an MCP server for the length of the block; the server process stops after it.
 
@@ -506,14 +507,15 @@ async def connect(
     `mcp.StdioServerParameters`, or an ``http(s)://`` URL of a streamable-HTTP server. `timeout`
     bounds each tool call (a call that runs past it becomes an error tool message);
     `startup_timeout` bounds spawning and the MCP handshake; `max_output_chars` cuts longer tool
-    results (None: never).
+    results (None: never); `workdir` runs a stdio server there, ``{rollout_dir}`` in its command
+    line, env and cwd replaced by it (see `with_rollout_dir`; the directory is the caller's).
 
     Example:
         async with art_mcp.connect(["python", "-m", "art_mcp.servers.notes"]) as session:
             print(session.openai_tools())
     """
     connection = Connection(
-        server, timeout=timeout, startup_timeout=startup_timeout, max_output_chars=max_output_chars
+        server, timeout=timeout, startup_timeout=startup_timeout, max_output_chars=max_output_chars, workdir=workdir
     )
     session = await connection.open()
     try:
