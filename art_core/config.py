@@ -65,6 +65,14 @@ class TrainConfig(BaseModel):
     )
 
 
+def train_config(config: TrainConfig | None, fields: dict[str, object]) -> TrainConfig:
+    """`config` with `fields` set (OpenPipe ART's ``backend.train(model, groups, learning_rate=...)``);
+    an unknown field is refused by name, as `TrainConfig` refuses it."""
+    if not fields:
+        return config or TrainConfig()
+    return TrainConfig(**{**(config.model_dump() if config is not None else {}), **fields})
+
+
 class SFTConfig(BaseModel):
     """Supervised fine-tuning on assistant turns (distillation, warm-up before RL)."""
 
