@@ -55,6 +55,22 @@ class TrainConfig(BaseModel):
     pack_tokens: int | None = Field(
         None, ge=16, description="Tokens per packed row; None picks from max_seq_len."
     )
+    train_unsampled_turns: bool = Field(
+        False,
+        description=(
+            "Also train assistant turns that carry no sampled token ids (a teacher's, a hand-built chat "
+            "model's): re-tokenized from their text and counted as `tokenize/retokenized_turns`. Off: they "
+            "are context (`tokenize/unsampled_context_turns`), since the policy never sampled them."
+        ),
+    )
+
+
+def train_config(config: TrainConfig | None, fields: dict[str, object]) -> TrainConfig:
+    """`config` with `fields` set (OpenPipe ART's ``backend.train(model, groups, learning_rate=...)``);
+    an unknown field is refused by name, as `TrainConfig` refuses it."""
+    if not fields:
+        return config or TrainConfig()
+    return TrainConfig(**{**(config.model_dump() if config is not None else {}), **fields})
 
 
 class SFTConfig(BaseModel):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any, cast
 
@@ -10,10 +11,11 @@ import openai
 from pydantic import BaseModel, Field, PrivateAttr
 
 from .backend import DEFAULT_BEST_METRIC, Backend, Registration, TrainResult
-from .config import ModelConfig, SFTConfig, TrainConfig
+from .config import ModelConfig, SFTConfig, TrainConfig, train_config
 from .loggers import Reporter, chosen_loggers, judge_metrics
 from .openai_capture import CapturingTransport
 from .rundir import check_name
+from .samples import note_trainable
 from .trajectory import Message, Trajectory, TrajectoryGroup
 
 
@@ -53,6 +55,8 @@ class Model(BaseModel):
         self.inference_base_url = reg.base_url
         self.inference_api_key = reg.api_key
         self.inference_model_name = reg.served_name
+        if self.trainable:  # an app's own chat model that names it gets its sampled ids back (samples.py)
+            note_trainable(reg.base_url, reg.served_name, reg.api_key)
 
     def served_name(self, step: int | None = None) -> str:
         name = self.inference_model_name or self.name
@@ -103,17 +107,21 @@ class Model(BaseModel):
         split: str = "val",
         *,
         step: int | None = None,
-        metrics: dict[str, float] | None = None,
+        metrics: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Write trajectories and their metrics to the run directory (e.g. a validation pass).
 
         `metrics` (OpenPipe ART's ``model.log(metrics=..., step=...)``) are logged too, with or
         without trajectories: they travel as the metrics of a group with no trajectories and land
-        in the history row as ``group/<name>``.
+        in the history row as ``group/<name>``. What `train` returns (``result.metrics``) is accepted
+        as it is: its finite numbers are logged, the rest (lists such as ``skipped_groups``, text)
+        is left out.
         """
         groups = _as_groups(groups or [])
         if metrics:
-            groups.append(TrajectoryGroup(metrics=dict(metrics)))
+            numbers = {k: v for k, v in metrics.items() if _loggable(v)}
+            if numbers:
+                groups.append(TrajectoryGroup(metrics=numbers))
         if not groups:
             raise ValueError("model.log() needs trajectories, groups or metrics= to log")
         metrics = await self.backend().log(self, groups, split, step)
@@ -152,15 +160,18 @@ class TrainableModel(Model):
         config: TrainConfig | None = None,
         *,
         verbose: bool = True,
+        **fields: Any,
     ) -> TrainResult:
-        """One training step with GRPO on `groups`; returns the new step and its metrics."""
+        """One training step with GRPO on `groups`; returns the new step and its metrics.
+
+        `fields` set `TrainConfig` fields (``learning_rate=1e-5``), with or without `config`."""
         groups = list(groups)
         for i, g in enumerate(groups):
             if not isinstance(g, TrajectoryGroup):
                 raise TypeError(f"train() item {i} is a {type(g).__name__}; pass TrajectoryGroup objects")
             if g.pending:
                 raise ValueError(f"group {i} still has {g.pending} unfinished rollouts; gather it first")
-        result = await self.backend().train(self, groups, config or TrainConfig(), verbose=verbose)
+        result = await self.backend().train(self, groups, train_config(config, fields), verbose=verbose)
         self.reporter().log({**result.metrics, **judge_metrics(groups)}, split="train", step=result.step)
         return result
 
@@ -195,6 +206,10 @@ class TrainableModel(Model):
             await model.delete_checkpoints()                  # keeps the best on val and the newest
         """
         return await self.backend().delete_checkpoints(self, steps, best_checkpoint_metric=best_checkpoint_metric)
+
+
+def _loggable(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
 
 
 def _as_groups(items: Iterable[Any]) -> list[TrajectoryGroup]:

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from rich.progress import Progress
 
 from .backend import DEFAULT_BEST_METRIC, Registration, TrainResult
-from .config import SFTConfig, TrainConfig
+from .config import SFTConfig, TrainConfig, train_config
 from .trajectory import Trajectory, TrajectoryGroup
 
 if TYPE_CHECKING:
@@ -128,8 +128,11 @@ class RemoteBackend:
         raise BackendError(f"the server at {self.url} did not come back within {self.restart_timeout:g} s")
 
     async def train(
-        self, model: Model, groups: list[TrajectoryGroup], config: TrainConfig, *, verbose: bool = True
+        self, model: Model, groups: list[TrajectoryGroup], config: TrainConfig | None = None, *,
+        verbose: bool = True, **fields: Any,
     ) -> TrainResult:
+        """One step on `groups`; `fields` set `TrainConfig` fields (``learning_rate=1e-5``)."""
+        config = train_config(config, fields)
         body = {"groups": [g.model_dump(mode="json") for g in groups], "config": config.model_dump(mode="json"),
                 "step_id": uuid.uuid4().hex}
         return await self._train_with_retries(model, f"/art/v1/models/{model.name}/train", body, verbose)

@@ -13,6 +13,7 @@ import contextvars
 import functools
 import json
 import logging
+import os
 import re
 import threading
 from collections import Counter
@@ -33,6 +34,7 @@ from langchain_core.outputs import LLMResult
 
 from art_core import Trajectory, current_trajectory, record_tool_result
 from art_core.capture import add_completion, current_node, sampled_tokens
+from art_core.samples import fetch_sample, logprobs_digest, registered_trainable, trainable_endpoint
 from art_core.trajectory import SAMPLE_KEY, sample_dict
 
 logger = logging.getLogger(__name__)
@@ -57,6 +59,7 @@ class _Call:
     trainable: bool
     model: str | None
     trajectory: Trajectory
+    endpoint: tuple[str, str] | None = None  # (base URL, API key): an app's own chat model naming a trainable model
 
 
 @dataclass
@@ -68,6 +71,10 @@ class CaptureStats:
     trainable_turns: int = 0
     context_turns: int = 0
     turns_without_token_ids: int = 0
+    recovered_turns: int = 0  # sampled ids asked back from ART's server (an app's own chat model)
+    no_ids_reasons: Counter[str] = field(default_factory=Counter)
+    other_models: Counter[str] = field(default_factory=Counter)  # models named by calls that train nothing
+    outside_nodes: Counter[str] = field(default_factory=Counter)  # trainable model's calls left out by trainable_nodes
     tool_results: int = 0
     invalid_tool_calls: int = 0  # calls whose arguments LangChain could not parse (kept, raw)
     node_calls: Counter[str] = field(default_factory=Counter)
@@ -245,11 +252,21 @@ class CaptureHandler(BaseCallbackHandler):
         metadata = metadata or {}
         params = kwargs.get("invocation_params") or {}
         node = node_path(metadata)
+        model = metadata.get(MODEL_KEY) or params.get("model") or params.get("model_name")
         trainable = bool(metadata.get(TRAINABLE_KEY))
+        endpoint = None
+        if not trainable and TRAINABLE_KEY not in metadata:  # the app's own chat model: is it the trainable one?
+            base = (serialized or {}).get("kwargs", {}).get("openai_api_base") or os.environ.get("OPENAI_BASE_URL")
+            key = trainable_endpoint(base, model)
+            if key is not None:
+                trainable, endpoint = True, (base, key)
         if trainable and self.trainable_nodes is not None:
             trainable = node is not None and any(node_matches(n, node) for n in self.trainable_nodes)
-        model = metadata.get(MODEL_KEY) or params.get("model") or params.get("model_name")
-        call = _Call(self._to_openai(messages[0]), params.get("tools"), node, trainable, model, trajectory)
+            if not trainable:
+                self.stats.outside_nodes[node or "-"] += 1
+        elif not trainable:
+            self.stats.other_models[str(model)] += 1
+        call = _Call(self._to_openai(messages[0]), params.get("tools"), node, trainable, model, trajectory, endpoint)
         with self._lock:
             self._calls[run_id] = call
 
@@ -272,12 +289,12 @@ class CaptureHandler(BaseCallbackHandler):
             call = self._calls.pop(run_id, None)
         if call is None or not response.generations:
             return
-        for generation in response.generations[0]:  # more than one with n > 1: each its own history
+        for index, generation in enumerate(response.generations[0]):  # n > 1: each its own history
             message = getattr(generation, "message", None)
             if message is None:
                 continue
             reply = dict(self._to_openai([message])[0])  # cached: the graph's state will hand it back
-            sample = self._sample(call, generation.generation_info or {}, response.llm_output or {})
+            sample = self._sample(call, generation.generation_info or {}, response.llm_output or {}, index)
             if sample is not None:
                 reply[SAMPLE_KEY] = sample
             with self._lock:
@@ -288,25 +305,68 @@ class CaptureHandler(BaseCallbackHandler):
                     self.stats.invalid_tool_calls += invalid
                     logger.info("captured %d tool call(s) with arguments that are not JSON (node %r)", invalid, call.node)
 
-    def _sample(self, call: _Call, info: dict[str, Any], llm_output: dict[str, Any]) -> dict[str, Any] | None:
+    def _sample(
+        self, call: _Call, info: dict[str, Any], llm_output: dict[str, Any], index: int = 0
+    ) -> dict[str, Any] | None:
         """The reply's sample in stored form (`sample_dict`), or None for context."""
         if not call.trainable:
             return None
         tokens = sampled_tokens({"logprobs": info.get("logprobs")})
+        step = info.get(STEP_KEY)
+        reason = "build the model with art_graph.chat_model(model) so logprobs and token ids are requested"
+        if tokens is None and call.endpoint is not None:
+            tokens, step, reason = self._recover(call, info, llm_output, index)
         if tokens is None:
+            with self._lock:
+                self.stats.no_ids_reasons[reason] += 1
             if not self._warned_no_ids:
                 self._warned_no_ids = True
                 logger.warning(
-                    "a trainable model's reply (node %r) came back without token ids; it is kept as context. "
-                    "Build the model with art_graph.chat_model(model) so logprobs and token ids are requested",
-                    call.node,
+                    "a trainable model's reply (node %r) came back without token ids; it is kept as context: %s",
+                    call.node, reason,
                 )
             return None
-        step = info.get(STEP_KEY)
         if type(step) is not int:
             step = _step_from_model_name(str(llm_output.get("model_name") or ""))
         node = call.node if call.node is not None else current_node()
         return sample_dict(tokens[0], tokens[1], step=step, node=node, model=call.model)
+
+    def _recover(
+        self, call: _Call, info: dict[str, Any], llm_output: dict[str, Any], index: int
+    ) -> tuple[tuple[list[int], list[float] | None] | None, Any, str]:
+        """Ask ART's server for the ids an app's own chat model dropped: by completion id (unstreamed
+        replies) or by the digest of the logprobs LangChain kept (streamed ones)."""
+        assert call.endpoint is not None
+        content = (info.get("logprobs") or {}).get("content") or []
+        digest = logprobs_digest([e["logprob"] for e in content]) if content else None
+        completion_id = llm_output.get("id")
+        if completion_id is None and digest is None:
+            return None, None, "the reply carried neither a completion id nor logprobs to look its token ids up by"
+        found = fetch_sample(*call.endpoint, completion_id=completion_id, index=index, digest=digest)
+        if found is None:
+            return None, None, (f"the server at {call.endpoint[0]} had no record of the completion (more than its "
+                                "recent completions ago, or not ART's server)")
+        with self._lock:
+            self.stats.recovered_turns += 1
+        return (found["token_ids"], found.get("logprobs")), found.get("step"), ""
+
+    def untrainable_reason(self) -> str | None:
+        """Why this rollout captured nothing trainable, or None when it did."""
+        s = self.stats
+        if s.trainable_turns:
+            return None
+        if not s.calls:
+            return "no chat model call was captured (did the graph run inside the rollout?)"
+        if s.no_ids_reasons:
+            return f"{s.turns_without_token_ids} replies of the trainable model came back without token ids: " + (
+                "; ".join(s.no_ids_reasons))
+        if s.outside_nodes:
+            return (f"trainable_nodes {sorted(self.trainable_nodes or ())} matched none of the nodes that called the "
+                    f"trainable model ({sorted(s.outside_nodes)})")
+        registered = ", ".join(registered_trainable()) or "none"
+        return (f"no call went to a trainable model: the calls named {sorted(s.other_models)} (trainable models "
+                f"registered in this process: {registered}); build the chat model with art_graph.chat_model(model), "
+                "or leave the app unchanged and point it at model.inference_base_url with model=model.name")
 
     def _count(self, call: _Call, reply: dict[str, Any], sample: dict[str, Any] | None) -> None:
         s = self.stats
@@ -374,6 +434,7 @@ class CaptureHandler(BaseCallbackHandler):
             "trainable_turns": s.trainable_turns,
             "context_turns": s.context_turns,
             "turns_without_token_ids": s.turns_without_token_ids,
+            "recovered_turns": s.recovered_turns,
             "failed_calls": s.failed_calls,
             "tool_results": s.tool_results,
             "invalid_tool_calls": s.invalid_tool_calls,

@@ -69,6 +69,11 @@ def capturing(
         handler.flush()
         traj.metadata["capture"] = handler.report()
         traj.metrics.update(handler.node_metrics())
+        reason = handler.untrainable_reason()
+        traj.metrics["untrainable_rollouts"] = float(reason is not None)  # a group's mean: the share of them
+        if reason is not None:
+            traj.metadata["capture"]["untrainable"] = reason
+            logger.warning("this rollout captured nothing trainable: %s", reason)
         if nodes is not None:
             traj.metadata["trainable_nodes"] = sorted(nodes)
 

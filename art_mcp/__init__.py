@@ -54,6 +54,7 @@ from .verified import (
     reword_tasks,
     verified_rollout,
 )
+from .tool_specs import openai_parameters
 
 __all__ = [
     "COMPLETE_TASK",
@@ -83,6 +84,7 @@ __all__ = [
     "load_tasks",
     "load_verified_tasks",
     "read_state",
+    "openai_parameters",
     "request_params",
     "resolve_server",
     "reword_tasks",

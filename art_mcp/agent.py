@@ -84,8 +84,13 @@ async def rollout(
     temperature: float | None = None,
     max_tokens: int | None = None,
     extra_body: dict[str, Any] | None = None,
+    images: bool = False,
 ) -> Trajectory:
     """Run the agent on one task and return its trajectory (reward left at 0 for a judge to set).
+
+    With `images` (a model that takes image input), images a tool returns follow its tool
+    messages as a user message of OpenAI image parts; either way they are kept in
+    ``metadata["mcp_calls"]``.
 
     `session` is a connected `McpSession`, or a `ServerPool` to take one from for this rollout.
     The final answer lands in ``trajectory.metadata["final_answer"]``; metrics record the turns,
@@ -108,6 +113,7 @@ async def rollout(
                 temperature=temperature,
                 max_tokens=max_tokens,
                 extra_body=extra_body,
+                images=images,
             )
     text = task_text(task)
     own_complete = (
@@ -142,6 +148,7 @@ async def rollout(
                 if not message.tool_calls:
                     final, finished = message.content or "", True
                     break
+                shown = []
                 for call in message.tool_calls:
                     name, arguments = call.function.name, call.function.arguments
                     if name == COMPLETE_TASK:
@@ -151,7 +158,9 @@ async def rollout(
                         else:
                             record_tool_result(call.id, "Task marked complete.", name=COMPLETE_TASK)
                     else:
-                        await session.call(name, arguments, tool_call_id=call.id)
+                        result = await session.call(name, arguments, tool_call_id=call.id)
+                        shown.append(result.image_message() if images else None)
+                trajectory.turns.extend(m for m in shown if m is not None)  # after all of the turn's tool messages
     trajectory.metadata["final_answer"] = final
     trajectory.metrics.update({"turns": turns, "finished": finished, "hit_max_turns": not finished})
     return trajectory.finish()

@@ -23,6 +23,7 @@ import asyncio
 import json
 import logging
 import statistics
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -55,8 +56,9 @@ from .autorl import (
     split_tasks,
 )
 from .pool import ServerPool
+from .preflight import check_llm
 from .servers import BUNDLED, bundled_server
-from .session import ServerSpec, connect
+from .session import ROLLOUT_DIR, ServerSpec, connect, resolve_server
 from .verified_run import SFT_EPOCHS
 
 console = Console(stderr=True)
@@ -242,7 +244,22 @@ async def _tasks(args: argparse.Namespace, spec: ServerSpec, base: TrainableMode
     if args.generator_max_tokens:
         params["max_tokens"] = args.generator_max_tokens
     console.print(f"[bold]tasks[/bold]: asking {label} for {args.num_tasks} tasks")
-    async with connect(spec) as session:
+    with tempfile.TemporaryDirectory(prefix="art-autorl-tasks-") as workdir:  # for a {rollout_dir} in --mcp
+        return await _generate(args, spec, generator, params, workdir)
+
+
+def _uses_rollout_dir(spec: ServerSpec) -> bool:
+    """Whether a stdio server's command line, env or cwd names ``{rollout_dir}``."""
+    target = resolve_server(spec)
+    if isinstance(target, str):
+        return False
+    texts = [target.command, *target.args, *(target.env or {}).values(), str(target.cwd or "")]
+    return any(ROLLOUT_DIR in t for t in texts)
+
+
+async def _generate(args: argparse.Namespace, spec: ServerSpec, generator: str, params: dict[str, Any],
+                    workdir: str) -> list[Task]:
+    async with connect(spec, workdir=workdir if _uses_rollout_dir(spec) else None) as session:
         console.print(f"  {session.label}: tools {', '.join(session.tool_names())}")
         try:
             return await generate_tasks(
@@ -279,6 +296,10 @@ async def run(
 
     litellm.suppress_debug_info = True  # its "Provider List" banners would break up the progress output
 
+    for role in ("judge", "generator"):  # before anything starts: a judge that cannot answer trains nothing
+        if getattr(args, role) != SELF and not (role == "generator" and args.tasks):
+            check_llm(litellm, role, getattr(args, role), getattr(args, f"{role}_api_base"),
+                      getattr(args, f"{role}_api_key"))
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     spec = server_spec(args.mcp)
@@ -443,13 +464,19 @@ def autorl_main(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        asyncio.run(run(args, make_backend=make_backend, make_scorer=make_scorer))
+        report = asyncio.run(run(args, make_backend=make_backend, make_scorer=make_scorer))
     except KeyboardInterrupt:
         console.print("[red]interrupted[/red]")
         return 130
     except Exception as exc:  # the CLI's last stop: show the cause, not a traceback
         logger.debug("autorl failed", exc_info=True)
         console.print(f"[red]art autorl failed: {type(exc).__name__}: {exc}[/red]")
+        return 1
+    if not report["history"]:
+        judge = report["judge"]
+        console.print(f"[red]art autorl trained nothing: in {args.steps} step(s) the judge ({judge['model']}) scored "
+                      f"{judge['groups_scored']} group(s) and dropped {judge['groups_dropped']} (the log says why); "
+                      "fix the judge, or check that the rollouts differ[/red]")
         return 1
     return 0
 

@@ -7,7 +7,7 @@ Everything else in `art_mcp` speaks to the SDK through these names, so the diffe
 | error raised by requests | `mcp.shared.exceptions.McpError` | `mcp.shared.exceptions.MCPError` |
 | a request that timed out | code 408 (`httpx.codes.REQUEST_TIMEOUT`) | code -32001 (`mcp_types.REQUEST_TIMEOUT`) |
 | model fields | camelCase (`inputSchema`, `structuredContent`, `isError`, `nextCursor`) | snake_case |
-| `call_tool(read_timeout_seconds=)` | a `timedelta` | seconds (a float) |
+| `call_tool(read_timeout_seconds=)` | a `timedelta` (unused: `call_tool` keeps its own clock) | seconds (a float) |
 | streamable-HTTP client | yields (read, write, get_session_id) | yields (read, write) |
 | an HTTP server that went away | the pending request waits out its timeout | the request fails at once |
 
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -72,6 +71,17 @@ def is_error(result: mcp_types.CallToolResult) -> bool:
     return bool(_field(result, "is_error", "isError"))
 
 
+def task_support(tool: mcp_types.Tool) -> str | None:
+    """A tool's ``execution.taskSupport`` ("forbidden", "optional", "required"), or None."""
+    execution = getattr(tool, "execution", None)
+    if execution is None:
+        extra = getattr(tool, "model_extra", None) or {}  # a 1.x release that predates the field
+        execution = extra.get("execution")
+    if isinstance(execution, dict):
+        return execution.get("taskSupport") or execution.get("task_support")
+    return getattr(execution, "task_support", None) or getattr(execution, "taskSupport", None)
+
+
 def next_cursor(page: mcp_types.ListToolsResult) -> str | None:
     return _field(page, "next_cursor", "nextCursor")
 
@@ -83,30 +93,39 @@ async def call_tool(
     timeout: float | None,
     lost: asyncio.Event | None = None,
 ) -> mcp_types.CallToolResult:
-    """`ClientSession.call_tool` with the read timeout in seconds (None: the session's).
+    """`ClientSession.call_tool`, bounded by `timeout` seconds without a result or a progress
+    notification: each progress notification from the server restarts the clock, so a long tool
+    that reports progress is not cut off. Raises `TimeoutError` when the clock runs out.
 
     With `lost` (mcp 1.x over HTTP, see `streamable_http`), a connection lost during the call
     raises `ConnectionError` at once instead of waiting out the timeout.
     """
-    limit: Any = timeout
-    if timeout is not None and not MCP2:
-        limit = datetime.timedelta(seconds=timeout)
-    request = client.call_tool(name, arguments, read_timeout_seconds=limit)
-    if lost is None:
-        return await request
-    call = asyncio.ensure_future(request)
-    watch = asyncio.ensure_future(lost.wait())
+    loop = asyncio.get_running_loop()
+    last = [loop.time()]
+
+    async def on_progress(*_: Any) -> None:  # (progress, total, message): the same in both lines
+        last[0] = loop.time()
+
+    call = asyncio.ensure_future(client.call_tool(name, arguments, progress_callback=on_progress))
+    watch = asyncio.ensure_future(lost.wait()) if lost is not None else None
     try:
-        await asyncio.wait({call, watch}, return_when=asyncio.FIRST_COMPLETED)
+        while True:
+            left = None if timeout is None else last[0] + timeout - loop.time()
+            if left is not None and left <= 0:
+                raise TimeoutError(f"tool {name!r}: no result or progress in {timeout:g}s")
+            waiting = {call} if watch is None else {call, watch}
+            await asyncio.wait(waiting, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            if call.done():
+                return call.result()
+            if watch is not None and watch.done():
+                raise ConnectionError("the connection to the MCP server was lost")
     finally:
-        watch.cancel()
+        if watch is not None:
+            watch.cancel()
         if not call.done():
             call.cancel()
             with contextlib.suppress(BaseException):
                 await call
-    if call.done() and not call.cancelled():
-        return call.result()
-    raise ConnectionError("the connection to the MCP server was lost")
 
 
 async def list_tools(client: Any) -> list[mcp_types.Tool]:
@@ -178,4 +197,5 @@ __all__ = [
     "read_only_hint",
     "streamable_http",
     "structured_content",
+    "task_support",
 ]

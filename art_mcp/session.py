@@ -22,6 +22,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, Any
 
 import anyio
@@ -32,6 +33,9 @@ from art_core import current_trajectory, record_tool_result
 
 from . import compat
 from .compat import CONNECTION_CLOSED, REQUEST_TIMEOUT, MCPError, mcp_types
+from .content import result_content
+from .processes import mark, marked, stop_marked
+from .tool_specs import ToolNames, openai_parameters
 
 logger = logging.getLogger(__name__)
 
@@ -83,16 +87,18 @@ def describe(target: StdioServerParameters | str) -> str:
     return shlex.join([target.command, *target.args])
 
 
-def to_openai_tool(tool: mcp_types.Tool | dict[str, Any]) -> dict[str, Any]:
-    """An MCP tool (or an OpenAI tool spec, passed through) as an OpenAI function tool spec."""
+def to_openai_tool(tool: mcp_types.Tool | dict[str, Any], name: str | None = None) -> dict[str, Any]:
+    """An MCP tool (or an OpenAI tool spec, passed through) as an OpenAI function tool spec.
+
+    The schema is converted to what OpenAI accepts (`tool_specs.openai_parameters`); `name` is the
+    name to offer it under (a session maps names OpenAI refuses, see `McpSession.openai_name`).
+    """
     if isinstance(tool, dict):
         if tool.get("type") == "function" and "function" in tool:
             return tool
         raise ValueError(f"not an OpenAI tool spec (needs type='function' and 'function'): {tool!r}")
-    schema = dict(compat.input_schema(tool) or {})
-    schema.setdefault("type", "object")
-    schema.setdefault("properties", {})
-    function: dict[str, Any] = {"name": tool.name, "parameters": schema}
+    schema = openai_parameters(compat.input_schema(tool))
+    function: dict[str, Any] = {"name": name or ToolNames([tool.name]).to_openai[tool.name], "parameters": schema}
     if tool.description:
         function["description"] = tool.description
     return {"type": "function", "function": function}
@@ -109,24 +115,26 @@ class ToolResult:
     is_error: bool = False
     structured: dict[str, Any] | None = None
     latency_s: float = 0.0
+    images: tuple[dict[str, Any], ...] = ()  # OpenAI image_url parts (data URLs), see content.py
 
     def message(self) -> dict[str, Any]:
-        """The OpenAI tool message for this result."""
+        """The OpenAI tool message for this result (text only: tool messages take no images)."""
         return {"role": "tool", "tool_call_id": self.tool_call_id, "name": self.name, "content": self.text}
 
+    def image_message(self) -> dict[str, Any] | None:
+        """The result's images as a user message, for a model that takes images; None without any."""
+        if not self.images:
+            return None
+        note = {"type": "text", "text": f"The images tool {self.name!r} returned ({self.tool_call_id}):"}
+        return {"role": "user", "content": [note, *self.images]}
 
-def _result_text(result: mcp_types.CallToolResult) -> str:
-    parts: list[str] = []
-    for block in result.content:
-        if isinstance(block, mcp_types.TextContent):
-            parts.append(block.text)
-        else:
-            parts.append(f"[{block.type} content]")
-    text = "\n".join(parts)
+
+def _result_content(result: mcp_types.CallToolResult) -> tuple[str, list[dict[str, Any]]]:
+    text, images = result_content(list(result.content))
     structured = compat.structured_content(result)
     if not text and structured is not None:
         text = json.dumps(structured, default=str)
-    return text
+    return text, images
 
 
 def cut_text(text: str, limit: int | None) -> tuple[str, int]:
@@ -158,15 +166,33 @@ class McpSession:
     stderr: IO[str] | None = None
     max_output_chars: int | None = DEFAULT_MAX_OUTPUT_CHARS
     workdir: str | None = None  # the server's own working directory (pooled stdio servers)
+    skipped_tools: dict[str, str] = field(default_factory=dict)  # tools not offered, and why
     _crashed: ServerCrashed | None = field(default=None, repr=False)
     _lost: asyncio.Event | None = field(default=None, repr=False)  # see compat.streamable_http
+
+    def __post_init__(self) -> None:
+        offered = []
+        for tool in self.tools:
+            if compat.task_support(tool) == "required":  # callable only as an MCP task, which ART does not run
+                self.skipped_tools[tool.name] = "its execution.taskSupport is 'required' (MCP tasks)"
+                logger.info("MCP server %s: tool %r is not offered: it runs only as a task", self.label, tool.name)
+            else:
+                offered.append(tool)
+        self.tools = offered
+        self._names = ToolNames([t.name for t in self.tools])
+
+    def openai_name(self, name: str) -> str:
+        """The name tool `name` is offered under: itself, or a valid one if OpenAI would refuse it
+        (``^[a-zA-Z0-9_-]{1,64}$``; `call` takes either)."""
+        return self._names.to_openai.get(name, name)
 
     def openai_tools(self, include: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """The server's tools as OpenAI function specs (optionally only those named in `include`)."""
         names = {t.name for t in self.tools}
-        if include is not None and (unknown := set(include) - names):
+        wanted = None if include is None else {self._names.mcp(n) for n in include}
+        if wanted is not None and (unknown := wanted - names):
             raise ValueError(f"unknown tools {sorted(unknown)} for {self.label}; it has {sorted(names)}")
-        return [to_openai_tool(t) for t in self.tools if include is None or t.name in include]
+        return [to_openai_tool(t, self.openai_name(t.name)) for t in self.tools if wanted is None or t.name in wanted]
 
     @property
     def crashed(self) -> ServerCrashed | None:
@@ -197,11 +223,13 @@ class McpSession:
         trajectory's ``mcp/truncated_results`` metric).
         """
         call_id = tool_call_id or f"call_{uuid.uuid4().hex[:12]}"
+        name = self._names.mcp(name)
         if self._crashed is not None:
             raise ServerCrashed(f"{self._crashed} (tool {name!r} was called after that)") from self._crashed
         t0 = time.perf_counter()
         args, problem = _parse_arguments(arguments)
         structured = None
+        images: list[dict[str, Any]] = []
         cut = 0
         if problem is None and name not in self.tool_names():
             problem = f"unknown tool {name!r}; available tools: {', '.join(self.tool_names())}"
@@ -211,6 +239,8 @@ class McpSession:
             limit = timeout if timeout is not None else self.timeout
             try:
                 result = await compat.call_tool(self.client, name, args, limit, self._lost)
+            except TimeoutError:
+                text, is_error = f"Error: tool {name!r} timed out after {limit:g}s", True
             except MCPError as exc:
                 code = compat.error_code(exc)
                 if code == REQUEST_TIMEOUT:
@@ -223,8 +253,8 @@ class McpSession:
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError) as exc:
                 raise self._crash(name, exc) from exc
             else:
-                text, is_error, structured = (
-                    _result_text(result),
+                (text, images), is_error, structured = (
+                    _result_content(result),
                     compat.is_error(result),
                     compat.structured_content(result),
                 )
@@ -241,6 +271,7 @@ class McpSession:
             is_error=is_error,
             structured=structured,
             latency_s=time.perf_counter() - t0,
+            images=tuple(images),
         )
         _record(out, cut)
         return out
@@ -252,6 +283,12 @@ class McpSession:
             f"MCP server {self.label} stopped during a call to tool {tool!r} ({exc!r}){detail}"
         )
         return self._crashed
+
+
+def _parent(pid: int) -> int | None:
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    return None
 
 
 def _tail(file: IO[str] | None, lines: int = 20) -> str:
@@ -293,6 +330,8 @@ def _record(result: ToolResult, cut: int = 0) -> None:
     }
     if result.structured is not None:
         entry["structured"] = result.structured
+    if result.images:
+        entry["images"] = list(result.images)
     if cut:
         entry["cut_chars"] = cut
     trajectory.metadata.setdefault("mcp_calls", []).append(entry)
@@ -344,8 +383,11 @@ class Connection:
         target = resolve_server(server)
         if workdir is not None and not isinstance(target, str):
             target = with_rollout_dir(target, workdir)
+        self._token: str | None = None  # the marker in a stdio server's env (processes.py)
+        if not isinstance(target, str):
+            target, self._token = mark(target)
         self.target = target
-        self.label = describe(self.target)
+        self.label = describe(target)
         self.timeout = timeout
         self.startup_timeout = startup_timeout
         self.max_output_chars = max_output_chars
@@ -384,6 +426,7 @@ class Connection:
     async def _own(self) -> None:
         assert self._ready is not None
         stderr = None
+        group: int | None = None
         if not isinstance(self.target, str):
             # append mode: the child writes at the end whatever offset our reads leave behind
             stderr = tempfile.TemporaryFile("a+", encoding="utf-8", errors="replace")
@@ -399,6 +442,9 @@ class Connection:
                 with anyio.fail_after(self.startup_timeout):
                     await client.initialize()
                     tools = await compat.list_tools(client)
+                if self._token is not None:  # the server is our child, and leads its own process group
+                    group = next((p for p in await asyncio.to_thread(marked, self._token)
+                                  if _parent(p) == os.getpid()), None)
                 session = McpSession(
                     client,
                     tools,
@@ -419,6 +465,10 @@ class Connection:
             elif not isinstance(exc, asyncio.CancelledError):
                 logger.debug("MCP server %s closed with %r", self.label, exc)
         finally:
+            if self._token is not None:  # the SDK has stopped the server; now whatever it started
+                stopped = await stop_marked(self._token, group)
+                if stopped:
+                    logger.debug("MCP server %s: stopped %d leftover process(es)", self.label, stopped)
             if stderr is not None:
                 stderr.close()
 
@@ -449,6 +499,7 @@ async def connect(
     timeout: float | None = 30.0,
     startup_timeout: float = 60.0,
     max_output_chars: int | None = DEFAULT_MAX_OUTPUT_CHARS,
+    workdir: str | None = None,
 ) -> AsyncIterator[McpSession]:
     """Connect to an MCP server for the length of the block; the server process stops after it.
 
@@ -456,14 +507,15 @@ async def connect(
     `mcp.StdioServerParameters`, or an ``http(s)://`` URL of a streamable-HTTP server. `timeout`
     bounds each tool call (a call that runs past it becomes an error tool message);
     `startup_timeout` bounds spawning and the MCP handshake; `max_output_chars` cuts longer tool
-    results (None: never).
+    results (None: never); `workdir` runs a stdio server there, ``{rollout_dir}`` in its command
+    line, env and cwd replaced by it (see `with_rollout_dir`; the directory is the caller's).
 
     Example:
         async with art_mcp.connect(["python", "-m", "art_mcp.servers.notes"]) as session:
             print(session.openai_tools())
     """
     connection = Connection(
-        server, timeout=timeout, startup_timeout=startup_timeout, max_output_chars=max_output_chars
+        server, timeout=timeout, startup_timeout=startup_timeout, max_output_chars=max_output_chars, workdir=workdir
     )
     session = await connection.open()
     try:

@@ -19,6 +19,7 @@ from rich.progress import Progress
 
 from art_core import Model, Registration, SFTConfig, TrainConfig, TrainResult, Trajectory, TrajectoryGroup
 from art_core.backend import DEFAULT_BEST_METRIC
+from art_core.config import train_config
 
 from .config import BackendConfig
 from .service import ModelService
@@ -133,8 +134,11 @@ class LocalBackend:
 
             return await self._call(run(report))
 
-    async def train(self, model: Model, groups: list[TrajectoryGroup], config: TrainConfig, *,
-                    verbose: bool = True) -> TrainResult:
+    async def train(self, model: Model, groups: list[TrajectoryGroup], config: TrainConfig | None = None, *,
+                    verbose: bool = True, **fields: Any) -> TrainResult:
+        """One step on `groups`; `fields` set `TrainConfig` fields (``learning_rate=1e-5``), as OpenPipe ART's
+        ``backend.train`` takes them."""
+        config = train_config(config, fields)
         return await self._with_progress(lambda p: self.service.train(model.name, groups, config, p), verbose)
 
     async def train_sft(self, model: Model, trajectories: list[Trajectory], config: SFTConfig, *,
@@ -165,3 +169,19 @@ class LocalBackend:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+    def __enter__(self) -> LocalBackend:
+        """``with LocalBackend() as backend:`` (OpenPipe ART's form) works as ``async with`` does."""
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._close_now()
+
+    def _close_now(self) -> None:
+        """`close` for a plain ``with``: the server runs in its own thread, so stopping it needs no loop."""
+        if self._thread is None:
+            return
+        self._server.should_exit = True
+        self._thread.join(60)
+        self._thread = None
+        self._loop = None

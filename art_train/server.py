@@ -23,6 +23,7 @@ from art_core.backend import DEFAULT_BEST_METRIC
 
 from .engines.base import ChatRequest, EngineError, SamplingParams
 from .prometheus import install_metrics
+from .sample_store import SampleStore, StreamRecorder
 from .service import ModelService, ServiceError
 
 __all__ = ["ChatCompletionBody", "create_app"]
@@ -31,9 +32,13 @@ logger = logging.getLogger(__name__)
 
 
 class ChatCompletionBody(BaseModel):
-    """The fields of an OpenAI chat completion request that ART serves; others are accepted and ignored."""
+    """The fields of an OpenAI chat completion request that ART serves; others are accepted and ignored.
 
-    model_config = ConfigDict(extra="allow")
+    As strict as OpenAI's API: no type coercion (``"true"`` is not a boolean), and each message's
+    required fields are required (`_check_message`); every refusal is a 400 naming the field.
+    """
+
+    model_config = ConfigDict(extra="allow", strict=True)
 
     model: str
     messages: list[dict[str, Any]] = Field(min_length=1)
@@ -55,8 +60,7 @@ class ChatCompletionBody(BaseModel):
 
     def to_request(self) -> ChatRequest:
         for i, m in enumerate(self.messages):
-            if m.get("role") not in {"system", "developer", "user", "assistant", "tool"}:
-                raise ServiceError(f"messages[{i}] has role {m.get('role')!r}; use system, user, assistant or tool")
+            _check_message(i, m)
         for i, tool in enumerate(self.tools or ()):
             _check_tool(i, tool)
         stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
@@ -74,6 +78,46 @@ class ChatCompletionBody(BaseModel):
         return ChatRequest(messages=self.messages, model=self.model, tools=tools, tool_choice=self.tool_choice,
                            sampling=sampling, stream=self.stream, tokens_as_ids=self.return_tokens_as_token_ids,
                            response_format=self.response_format, extra=self.model_extra or {})
+
+
+def _check_message(i: int, m: dict[str, Any]) -> None:
+    """A 400 naming the field, for what OpenAI refuses in a message."""
+    at = f"messages[{i}]"
+    role = m.get("role")
+    if role not in {"system", "developer", "user", "assistant", "tool"}:
+        raise ServiceError(f"{at} has role {role!r}; use system, user, assistant or tool")
+    content = m.get("content")
+    if content is not None and not isinstance(content, (str, list)):
+        raise ServiceError(f"{at}.content is a {type(content).__name__}; send a string or a list of content parts")
+    if "name" in m and not isinstance(m["name"], str):
+        raise ServiceError(f"{at}.name is a {type(m['name']).__name__}; it must be a string")
+    if role == "assistant":
+        calls = m.get("tool_calls")
+        if calls is not None and not isinstance(calls, list):
+            raise ServiceError(f"{at}.tool_calls is a {type(calls).__name__}; send a list of tool calls")
+        if content is None and not calls:
+            raise ServiceError(f"{at} (assistant) has neither content nor tool_calls; send content or tool_calls")
+        for k, call in enumerate(calls or ()):
+            _check_call(f"{at}.tool_calls[{k}]", call)
+    elif content is None:
+        raise ServiceError(f"{at}.content is required for a {role} message")
+    if role == "tool" and not isinstance(m.get("tool_call_id"), str):
+        problem = "is required" if m.get("tool_call_id") is None else "must be a string"
+        raise ServiceError(f"{at}.tool_call_id {problem} for a tool message: the id of the tool call it answers")
+
+
+def _check_call(at: str, call: Any) -> None:
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict) or call.get("type", "function") != "function":
+        raise ServiceError(f'{at} must be {{"id": ..., "type": "function", "function": {{"name": ..., '
+                           '"arguments": "<JSON string>"}}')
+    if not isinstance(call.get("id"), str):
+        raise ServiceError(f"{at}.id is required (a string)")
+    if not isinstance(function.get("name"), str):
+        raise ServiceError(f"{at}.function.name is required (a string)")
+    if not isinstance(function.get("arguments"), str):
+        raise ServiceError(f"{at}.function.arguments must be a JSON string such as \"{{}}\", "
+                           f"not a {type(function.get('arguments')).__name__}")
 
 
 _TOOL_SHAPE = '{"type": "function", "function": {"name": ..., "description": ..., "parameters": {JSON Schema}}}'
@@ -107,6 +151,12 @@ class _LogBody(BaseModel):
     groups: list[TrajectoryGroup]
     split: str = "val"
     step: int | None = None
+
+
+class _SampleQuery(BaseModel):
+    completion_id: str | None = None
+    index: int = Field(0, ge=0)
+    digest: str | None = None
 
 
 class _DeleteBody(BaseModel):
@@ -178,6 +228,7 @@ def create_app(service: ModelService, *, api_key: str | None = None, max_body_by
     """
     app = FastAPI(title="ART", docs_url=None, redoc_url=None)
     app.state.service = service
+    samples = app.state.samples = SampleStore()  # recent completions' token ids, for clients that dropped them
     app.add_middleware(_BodyLimit, limit=max_body_bytes)
 
     @app.middleware("http")
@@ -217,12 +268,12 @@ def create_app(service: ModelService, *, api_key: str | None = None, max_body_by
             raise ServiceError(f"the request body is not valid JSON ({exc}); send one UTF-8 JSON object with "
                                "Content-Type: application/json") from exc
 
-    def _parse(model: type[BaseModel], data: Any) -> Any:
+    def _parse(model: type[BaseModel], data: Any, status: int = 422) -> Any:
         try:
             return model.model_validate(data)
         except ValidationError as exc:
             parts = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
-            raise ServiceError("invalid request body: " + "; ".join(parts), status=422) from exc
+            raise ServiceError("invalid request body: " + "; ".join(parts), status=status) from exc
 
     @app.get("/health")
     async def health() -> dict[str, str]:
@@ -235,27 +286,37 @@ def create_app(service: ModelService, *, api_key: str | None = None, max_body_by
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:
-        body: ChatCompletionBody = _parse(ChatCompletionBody, await _json(request))
+        body: ChatCompletionBody = _parse(ChatCompletionBody, await _json(request), status=400)  # as OpenAI
         chat_request = body.to_request()
         if not body.stream:  # a plain dict of JSON types: json.dumps it, skip FastAPI's 10x slower encoder
             answer = await service.chat(body.model, chat_request)
+            samples.add_response(answer)
             if metrics is not None:
                 metrics.completion(body.model, answer)
             return JSONResponse(answer)
         chunks = await service.chat_stream(body.model, chat_request)
 
         async def sse() -> AsyncIterator[bytes]:
+            recorder = StreamRecorder(samples)
             try:
                 async for chunk in chunks:
                     if metrics is not None:
                         metrics.stream_chunk(body.model, chunk)
+                    recorder.chunk(chunk)
                     yield f"data: {json.dumps(chunk)}\n\n".encode()
+                recorder.done()
             except (EngineError, ServiceError) as exc:
                 err = {"error": {"message": str(exc), "type": exc.type}}
                 yield f"data: {json.dumps(err)}\n\n".encode()
             yield b"data: [DONE]\n\n"
 
         return StreamingResponse(sse(), media_type="text/event-stream")
+
+    @app.post("/art/v1/samples")
+    async def sample(request: Request) -> dict[str, Any]:
+        """A recent completion's sampled ids and logprobs, by completion id or logprobs digest (sample_store.py)."""
+        query: _SampleQuery = _parse(_SampleQuery, await _json(request))
+        return {"sample": samples.get(query.completion_id, query.index, query.digest)}
 
     # -- training API --------------------------------------------------------------------------
     @app.post("/art/v1/models/register")

@@ -40,8 +40,8 @@ def check_train_groups(groups: list[TrajectoryGroup], vocab: int) -> None:
                     if bad is not None:
                         raise ValueError(
                             f"{at}: token id {bad} is outside the model's vocabulary (0..{vocab - 1}); the turn "
-                            "was not sampled from this base model: drop the turn's 'sample' to have it "
-                            "re-tokenized from its text")
+                            "was not sampled from this base model: drop the turn's 'sample' (it is then context, "
+                            "or re-tokenized and trained with train_unsampled_turns=True)")
                     lp = next((x for x in sample.logprobs or () if not (math.isfinite(x) and x <= 1e-4)), None)
                     if lp is not None:
                         raise ValueError(

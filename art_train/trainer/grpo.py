@@ -5,8 +5,9 @@ per row: forward, `policy_loss`, backward -> clip -> AdamW step -> metrics. Savi
 the caller's (`Trainer`), so this function only changes the weights and the optimizer state.
 
 Where it departs from the papers (DeepSeekMath's GRPO, DAPO, Dr. GRPO, GSPO) and TRL 1.16's GRPOTrainer:
-- No generation: rollouts arrive as trajectories, with the sampler's token ids spliced in (a turn
-  without them is re-tokenized), and the step trains on them as they are.
+- No generation: rollouts arrive as trajectories, with the sampler's token ids spliced in; a turn
+  without them is context (re-tokenized and trained only with `train_unsampled_turns`), and the step
+  trains on the sampled tokens as they are.
 - No padding: sequences go one per row on CPU (packed rows on GPU), and the lm_head runs only on the
   trained tokens. Rollouts of one task share their prompt's forward and backward (`SharedPrefix`).
 - The "old" policy is the checkpoint the step starts from. With one optimizer step per call the
@@ -62,13 +63,20 @@ def grpo_step(
     n_traj = 0
     for done, adv in enumerate(trainable):
         for traj, a in zip(groups[adv.index].trajectories, adv.advantages, strict=True):
-            for seq in tokenize_trajectory(traj, policy.tokenizer, policy.chat_template, stats=stats):
+            for seq in tokenize_trajectory(traj, policy.tokenizer, policy.chat_template, stats=stats,
+                                           train_unsampled=config.train_unsampled_turns):
                 seq.advantage, seq.trajectory = a, n_traj
                 fitted = fit_length(seq, max_len, config.overlong, stats)
                 if fitted is not None:
                     sequences.append(fitted)
             n_traj += 1
         progress({"phase": "tokenize", "done": done + 1, "total": len(trainable)})
+    if stats.counts["trajectories_without_trained_tokens"]:
+        logger.warning(
+            "%d of %d trajectories have no sampled assistant turn, so nothing of them is trained (turns without "
+            "token ids are context; TrainConfig(train_unsampled_turns=True) re-tokenizes and trains them)",
+            stats.counts["trajectories_without_trained_tokens"], n_traj,
+        )
     metrics: dict[str, Any] = {
         "groups_submitted": len(groups),
         "groups_trainable": len(trainable),

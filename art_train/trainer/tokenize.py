@@ -2,7 +2,9 @@
 
 Each history is rendered with the model's chat template, one message at a time. An assistant
 turn that carries a sample gets its exact sampled token ids spliced in (no re-tokenization drift);
-an assistant turn without one is re-tokenized and counted. When the template rewrites earlier
+an assistant turn without one (a teacher's, a hand-built chat model's) is context: the policy never
+sampled it, so it is not trained on-policy, unless the caller asks (SFT does; GRPO with
+``TrainConfig.train_unsampled_turns``), when it is re-tokenized and counted. When the template rewrites earlier
 turns (turn k's rendering is not a prefix of turn k+1's), the sequence is split at the break.
 """
 
@@ -131,6 +133,7 @@ def tokenize_history(
             continue  # a turn with weight 0 (SFT's mask="last") is context, as in OpenAI's fine-tuning format
         sample = message_sample(raw)
         if sample is None and not train_unsampled:
+            stats.add("unsampled_context_turns")
             continue
         prompt = r.text(messages[:i], generation_prompt=True)
         if not prompt.startswith(consumed):
@@ -169,19 +172,18 @@ def tokenize_trajectory(
     template: str,
     *,
     stats: TokenizeStats,
-    train_unsampled: bool | None = None,
+    train_unsampled: bool = False,
 ) -> list[Sequence]:
     """Sequences for the main history and each additional history (each its own sequence).
 
-    With `train_unsampled=None`, assistant turns without a sample are trained only in histories
-    that have no sampled turn at all (hand-built trajectories); otherwise they are context.
+    Assistant turns without a sample are context unless `train_unsampled`; a trajectory that ends
+    up with no trained token is counted (``trajectories_without_trained_tokens``).
     """
     out: list[Sequence] = []
     for history in trajectory.histories():
-        unsampled = train_unsampled
-        if unsampled is None:
-            unsampled = not any(True for _ in history.samples())
-        out.extend(tokenize_history(history, tokenizer, template, train_unsampled=unsampled, stats=stats))
+        out.extend(tokenize_history(history, tokenizer, template, train_unsampled=train_unsampled, stats=stats))
+    if not out:
+        stats.add("trajectories_without_trained_tokens")
     return out
 
 

@@ -265,13 +265,14 @@ class Trainer:
     def probe_sequences(self, step: int, budget: int) -> list[list[int]]:
         """Token ids of the sequences checkpoint `step` was trained on (most trained tokens first), up to
         `budget` tokens in all (`BackendConfig.sync_probe_tokens`): where the step moved the policy, so
-        the weight-sync check can see it."""
+        the weight-sync check can see it. Every assistant turn counts, sampled or not (SFT steps train both)."""
         from .tokenize import TokenizeStats, tokenize_trajectory
 
         if budget <= 0 or not self.rundir.trajectories_path("train", step).exists():
             return []
         seqs = [seq for group in self.rundir.read_trajectories("train", step) for traj in group.trajectories
-                for seq in tokenize_trajectory(traj, self.tokenizer, self.chat_template, stats=TokenizeStats())
+                for seq in tokenize_trajectory(traj, self.tokenizer, self.chat_template, stats=TokenizeStats(),
+                                              train_unsampled=True)
                 if seq.trained_tokens]
         out, used = [], 0
         for seq in sorted(seqs, key=lambda q: -q.trained_tokens):

@@ -226,6 +226,7 @@ def test_handler_passed_explicitly_in_config():
             "trainable_turns": 2,
             "context_turns": 0,
             "turns_without_token_ids": 0,
+            "recovered_turns": 0,
             "failed_calls": 0,
             "tool_results": 1,
             "invalid_tool_calls": 0,

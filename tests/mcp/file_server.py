@@ -17,6 +17,8 @@ except ImportError:  # mcp 1.x
 parser = argparse.ArgumentParser()
 parser.add_argument("--db", default="rows.sqlite")
 DB = os.path.abspath(parser.parse_args().db)
+if not os.path.isdir(os.path.dirname(DB)):  # as real servers do: refuse a directory that is not there
+    raise SystemExit(f"Cannot access directory {os.path.dirname(DB)}")
 server = Server("rows", log_level="WARNING")
 
 

@@ -25,6 +25,14 @@ def whoami() -> int:
 
 
 @server.tool()
+def spawn_child(detach: bool = False) -> int:
+    """Start a long-lived child process (a `sleep`) and return its pid; with `detach`, in its own session."""
+    import subprocess
+
+    return subprocess.Popen(["sleep", "300"], start_new_session=detach).pid
+
+
+@server.tool()
 def echo(text: str) -> str:
     """Return the text."""
     return text

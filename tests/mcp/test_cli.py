@@ -125,7 +125,7 @@ def test_autorl_generator_self_that_writes_no_tasks_fails_clearly(tmp_path, caps
     out = tmp_path / "run"
     rc = autorl_main([
         *SMALL_RUN, "--base-model", str(tiny), "--output", str(out),
-        "--generator", "self", "--generator-max-tokens", "16", "--judge", "openai/never-asked",
+        "--generator", "self", "--generator-max-tokens", "16", "--judge", "openai/never-asked", "--judge-api-key", "k",
     ])  # fmt: skip
     assert rc == 1
     err = " ".join(capsys.readouterr().err.split())  # rich wraps long lines
@@ -183,7 +183,7 @@ def test_autorl_rejects_self_with_options_it_cannot_use(tmp_path, capsys, extra,
 def test_autorl_reports_a_bad_server_clearly(tmp_path, capsys):
     rc = autorl_main([
         "--mcp", "no-such-mcp-server-binary", "--generator", "openai/g", "--judge", "openai/j",
-        "--base-model", "x", "--output", str(tmp_path),
+        "--generator-api-key", "k", "--judge-api-key", "k", "--base-model", "x", "--output", str(tmp_path),
     ])  # fmt: skip
     assert rc == 1
     err = " ".join(capsys.readouterr().err.split())  # rich wraps long lines

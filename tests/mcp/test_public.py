@@ -38,6 +38,7 @@ def test_public_surface_is_pinned():
             "load_tasks",
             "load_verified_tasks",
             "read_state",
+            "openai_parameters",
             "request_params",
             "resolve_server",
             "reword_tasks",

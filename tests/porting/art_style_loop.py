@@ -17,6 +17,7 @@ from openai import AsyncOpenAI
 # --- the only lines that changed ------------------------------------------------------------------
 import art_core as art  # was: import art
 from art_core import iterate_dataset  # was: from art.utils import iterate_dataset
+from art_train import LocalBackend  # was: from art.local import LocalBackend
 from ruler import ruler_score_group  # was: from art.rulers import ruler_score_group
 
 # ---------------------------------------------------------------------------------------------------
@@ -75,6 +76,25 @@ async def train(model: art.TrainableModel, judge: str, judge_params: dict[str, A
         seen.append({"step": result.step, "groups": judged})
     await model.delete_checkpoints(best_checkpoint_metric="val/group/win_rate")
     return seen
+
+
+async def current_style(base_model: str, path: str, judge: str, judge_params: dict[str, Any]) -> list[Any]:
+    """ART's current loop: a `with` backend, `backend.train(model, groups, learning_rate=...)`, and every
+    step's metrics logged with `model.log(groups, metrics=result.metrics, step=result.step)`."""
+    model = art.TrainableModel(name="port-now", project="port", base_model=base_model)
+    results = []
+    with LocalBackend(path=path) as backend:
+        await model.register(backend)
+        for step in range(2):
+            groups = await art.gather_trajectory_groups(
+                (art.TrajectoryGroup(rollout(model, {"id": i, "secret": 5}) for _ in range(3)) for i in range(2)),
+                pbar_desc=f"step {step}",
+            )
+            judged = [await ruler_score_group(g, judge_model=judge, extra_litellm_params=judge_params) for g in groups]
+            result = await backend.train(model, judged, learning_rate=1e-4, beta=0.0)
+            await model.log(judged, metrics=result.metrics, step=result.step)
+            results.append(result)
+    return results
 
 
 async def pipelined(model: art.TrainableModel) -> list[int]:

@@ -109,7 +109,7 @@ def harness(tmp_path_factory: pytest.TempPathFactory, tiny_model_path: Path):
         h.close()
 
 
-LR = art.TrainConfig(learning_rate=1e-3)
+LR = art.TrainConfig(learning_rate=1e-3, train_unsampled_turns=True)  # the turns are hand-built, not sampled
 
 
 async def test_kill_during_rollouts(harness: Harness) -> None:

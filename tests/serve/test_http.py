@@ -39,9 +39,9 @@ async def test_bad_requests_get_openai_errors_and_the_server_stays_up(served) ->
         r = await http.post("/chat/completions", json={"model": "http@9", "messages": PROMPT})
         assert r.status_code == 404 and "no checkpoint 9" in r.json()["error"]["message"]
         r = await http.post("/chat/completions", json={"model": "http"})
-        assert r.status_code == 422 and "messages" in r.json()["error"]["message"]
+        assert r.status_code == 400 and "messages" in r.json()["error"]["message"]
         r = await http.post("/chat/completions", json={"model": "http", "messages": PROMPT, "temperature": -1})
-        assert r.status_code == 422 and r.json()["error"]["type"] == "invalid_request_error"
+        assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
         r = await http.post("/chat/completions", content=b"{not json", headers={"content-type": "application/json"})
         assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
         r = await http.post("/chat/completions", json={"model": "http", "messages": [{"role": "robot", "content": "x"}]})

@@ -114,7 +114,7 @@ async def test_bad_response_format_is_a_400_and_the_server_stays_up(served) -> N
                 says in error["message"] and '{"type": "json_object"}' in error["message"]
             )  # what is supported
         r = await http.post("/chat/completions", json={**body, "response_format": "json"})
-        assert r.status_code == 422 and "response_format" in r.json()["error"]["message"]
+        assert r.status_code == 400 and "response_format" in r.json()["error"]["message"]
         r = await http.post("/chat/completions", json={**body, "response_format": {"type": "text"}})
         assert r.status_code == 200 and len(r.json()["choices"][0]["token_ids"]) == 3
 

@@ -69,7 +69,8 @@ def test_tool_calls_context_and_additional_histories(trainer: Trainer) -> None:
     )
     ids = tok("done", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
     traj.turns.append(art.assistant_turn("done", token_ids=ids))
-    traj.additional_histories[0].turns.append({"role": "assistant", "content": "sub answer"})  # no sample
+    sub = art.assistant_turn("sub answer", token_ids=tok("sub answer", add_special_tokens=False)["input_ids"])
+    traj.additional_histories[0].turns.append(sub)
     stats = TokenizeStats()
     main, extra = tokenize_trajectory(traj, tok, trainer.chat_template, stats=stats)
     text = tok.decode(main.token_ids)
@@ -77,12 +78,42 @@ def test_tool_calls_context_and_additional_histories(trainer: Trainer) -> None:
         '"name": "search"' in text and '{"q": "paris"}' in text and "result 42" in text and "# Tools" in text
     )
     assert [i for i, m in zip(main.token_ids, main.mask, strict=True) if m] == ids
-    # the additional history has no sampled turn: its assistant turn is re-tokenized and trained
-    assert (
-        tok.decode([i for i, m in zip(extra.token_ids, extra.mask, strict=True) if m])
-        == "sub answer<|im_end|>"
-    )
-    assert stats.counts["retokenized_turns"] == 1 and stats.counts["spliced_turns"] == 1
+    assert tok.decode([i for i, m in zip(extra.token_ids, extra.mask, strict=True) if m]) == "sub answer"
+    assert stats.counts["spliced_turns"] == 2 and stats.counts["unsampled_context_turns"] == 1
+
+
+def _hand_built(prompt: str, answer: str, reward: float = 0.0) -> art.Trajectory:
+    """A history whose assistant turn the policy never sampled (a teacher's, a hand-built chat model's)."""
+    return art.Trajectory(messages=[{"role": "user", "content": prompt}, {"role": "assistant", "content": answer}],
+                          reward=reward)
+
+
+def test_unsampled_turns_are_context_by_default(trainer: Trainer) -> None:
+    # a history with no sampled turn at all used to be re-tokenized and trained: text the policy never produced
+    stats = TokenizeStats()
+    assert tokenize_trajectory(_hand_built("q", "an answer nobody sampled"), trainer.tokenizer,
+                               trainer.chat_template, stats=stats) == []
+    assert stats.metrics() == {"tokenize/trajectories_without_trained_tokens": 1,
+                               "tokenize/unsampled_context_turns": 1}
+    stats = TokenizeStats()
+    (seq,) = tokenize_trajectory(_hand_built("q", "asked for"), trainer.tokenizer, trainer.chat_template,
+                                 stats=stats, train_unsampled=True)
+    assert trainer.tokenizer.decode([i for i, m in zip(seq.token_ids, seq.mask, strict=True) if m]) == (
+        "asked for<|im_end|>")
+    assert stats.metrics() == {"tokenize/retokenized_turns": 1}
+
+
+def test_grpo_step_trains_unsampled_turns_only_when_asked(tiny_model_path, tmp_path) -> None:  # noqa: ANN001
+    model = art.TrainableModel(name="hand", project="t", base_model=str(tiny_model_path))
+    trainer = Trainer(model, art.RunDir("t", "hand", root=tmp_path), device="cpu")
+    group = art.TrajectoryGroup([_hand_built("p", "yes", 1.0), _hand_built("p", "no", 0.0)])
+    plain = trainer.train([group], art.TrainConfig(learning_rate=1e-3)).metrics
+    assert plain["trained_tokens"] == 0 and plain["optimizer_steps"] == 0
+    assert plain["tokenize/unsampled_context_turns"] == 2
+    assert plain["tokenize/trajectories_without_trained_tokens"] == 2
+    asked = trainer.train([group], art.TrainConfig(learning_rate=1e-3, train_unsampled_turns=True)).metrics
+    assert asked["tokenize/retokenized_turns"] == 2 and asked["trained_tokens"] == 4  # "yes", "no", 2 x <|im_end|>
+    assert asked["optimizer_steps"] == 1
 
 
 def test_weight_zero_turns_are_context(trainer: Trainer, tmp_path) -> None:  # noqa: ANN001
@@ -95,7 +126,7 @@ def test_weight_zero_turns_are_context(trainer: Trainer, tmp_path) -> None:  # n
     for mask in ("all", "last"):
         (traj,) = art.load_sft_jsonl(path, mask=mask)
         stats = TokenizeStats()
-        (seq,) = tokenize_trajectory(traj, tok, trainer.chat_template, stats=stats)
+        (seq,) = tokenize_trajectory(traj, tok, trainer.chat_template, stats=stats, train_unsampled=True)
         trained[mask] = tok.decode([i for i, m in zip(seq.token_ids, seq.mask, strict=True) if m])
         assert "early answer" in tok.decode(seq.token_ids)  # still in the context either way
     assert trained["all"] == "early answer<|im_end|>final answer<|im_end|>"
@@ -123,7 +154,7 @@ def test_prefix_break_splits_and_is_counted(trainer: Trainer) -> None:
         ]
     )
     stats = TokenizeStats()
-    seqs = tokenize_trajectory(traj, trainer.tokenizer, template, stats=stats)
+    seqs = tokenize_trajectory(traj, trainer.tokenizer, template, stats=stats, train_unsampled=True)
     assert len(seqs) == 2 and stats.counts["prefix_breaks"] == 1
     assert "<think>x</think>" not in trainer.tokenizer.decode(seqs[1].token_ids)
 
