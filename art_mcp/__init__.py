@@ -42,6 +42,7 @@ from .session import (
     resolve_server,
     to_openai_tool,
 )
+from .tool_specs import openai_parameters
 from .verified import (
     Call,
     NonDeterministicServer,
@@ -54,7 +55,6 @@ from .verified import (
     reword_tasks,
     verified_rollout,
 )
-from .tool_specs import openai_parameters
 
 __all__ = [
     "COMPLETE_TASK",
