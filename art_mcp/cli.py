@@ -57,9 +57,9 @@ from .autorl import (
 )
 from .pool import ServerPool
 from .preflight import check_llm
-from .servers import BUNDLED, bundled_server
+from .servers import BUNDLED
 from .session import ROLLOUT_DIR, ServerSpec, connect, resolve_server
-from .verified_run import SFT_EPOCHS
+from .verified_run import SELF, SFT_EPOCHS, server_spec
 
 console = Console(stderr=True)
 logger = logging.getLogger(__name__)
@@ -68,7 +68,6 @@ Scorer = Callable[[TrajectoryGroup], Awaitable[TrajectoryGroup | None]]  # None:
 # make_scorer(args, judge): judge is the --judge litellm name, or the served base model for --judge self
 MakeScorer = Callable[[argparse.Namespace, str | Model], Scorer]
 
-SELF = "self"  # --generator / --judge value: the base model, served untrained by the run's backend
 # reply caps for a served base model: a small one that never closes its JSON would run to its context's end
 SELF_MAX_TOKENS = {"generator": 2048, "judge": 1024}
 
@@ -191,12 +190,6 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
                 f"--{role}-max-tokens {cap} leaves no room for the prompt within --max-seq-len "
                 f"{args.max_seq_len} (the served {role} shares it); lower the cap or raise --max-seq-len"
             )
-
-
-def server_spec(text: str) -> ServerSpec:
-    if text.startswith("bundled:"):
-        return bundled_server(text.removeprefix("bundled:"))
-    return text
 
 
 def _params(api_base: str | None, api_key: str | None) -> dict[str, Any]:

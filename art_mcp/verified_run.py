@@ -40,6 +40,7 @@ from art_core import (
 
 from .autorl import save_tasks, split_tasks
 from .pool import ServerPool
+from .servers import bundled_server
 from .session import ServerSpec, connect
 from .verified import (
     VerifiedTask,
@@ -79,14 +80,22 @@ async def _tasks(args: argparse.Namespace, spec: ServerSpec, base: Model | None)
     return tasks
 
 
+SELF = "self"  # --generator / --judge value: the base model, served untrained by the run's backend
+
+
+def server_spec(text: str) -> ServerSpec:
+    """`--mcp`'s value as a server spec: bundled:NAME, or a command line or URL as it is."""
+    if text.startswith("bundled:"):
+        return bundled_server(text.removeprefix("bundled:"))
+    return text
+
+
 async def run(
     args: argparse.Namespace, *, make_backend: Callable[[argparse.Namespace], Backend]
 ) -> dict[str, Any]:
     """The whole verified run for parsed `args` (see the module docstring); returns the report."""
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
-    from .cli import SELF, server_spec  # the parser lives there
-
     spec = server_spec(args.mcp)
     t0 = time.time()
     backend = make_backend(args)
