@@ -7,8 +7,8 @@ to 6 decimals and the sha256 of each file of each step's adapter (its config can
 target modules sorted, the temporary folder replaced). A refactor that claims to change
 nothing must print the same lines before and after:
 
-    python benchmarks/step_check.py > /tmp/before.txt     # on the old tree
-    python benchmarks/step_check.py > /tmp/after.txt      # on the new one
+    PYTHONPATH=$PWD python benchmarks/step_check.py > /tmp/before.txt     # on the old tree
+    PYTHONPATH=$PWD python benchmarks/step_check.py > /tmp/after.txt      # on the new one
     diff /tmp/before.txt /tmp/after.txt
 
 Pass ``--async`` to train with inference left open (``TrainConfig(mode="async")``).
@@ -68,9 +68,9 @@ async def run(root: Path, async_training: bool) -> list[str]:
                 if f.name.startswith("adapter_"):
                     data = f.read_bytes()
                     if f.suffix == ".json":  # names a temp folder; peft writes target_modules in set order
-                        config = json.loads(data.replace(str(root).encode(), b"<root>"))
-                        config["target_modules"] = sorted(config.get("target_modules") or [])
-                        data = json.dumps(config, sort_keys=True).encode()
+                        adapter_config = json.loads(data.replace(str(root).encode(), b"<root>"))
+                        adapter_config["target_modules"] = sorted(adapter_config.get("target_modules") or [])
+                        data = json.dumps(adapter_config, sort_keys=True).encode()
                     lines.append(f"step {result.step} sha256 {f.name} {hashlib.sha256(data).hexdigest()}")
     finally:
         await backend.close()

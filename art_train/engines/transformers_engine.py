@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from transformers.cache_utils import DynamicCache
 
+from ..lora import BaseWeights, LoraPair, load_lora, probe_logprobs_batch
 from ..models import (
     chat_template_for,
     load_causal_lm,
@@ -35,7 +36,6 @@ from ..models import (
     template_messages,
     tool_parser_for,
 )
-from .adapters import BaseWeights, LoraPair, load_lora, probe_logprobs_batch
 from .attention import use_float32_cache_attention
 from .base import ChatRequest, EngineError, SamplingParams
 from .grammar import Grammars, mask_logits, schema_for

@@ -40,11 +40,13 @@ __all__ = ["grpo_step"]
 logger = logging.getLogger(__name__)
 
 def grpo_step(
-    policy: Policy, groups: list[TrajectoryGroup], config: TrainConfig, progress: Progress
+    policy: Policy, groups: list[TrajectoryGroup], config: TrainConfig, progress: Progress,
+    *, trained: list[Sequence] | None = None,
 ) -> dict[str, Any]:
     """Train `policy` on `groups` with GRPO (``config.loss`` picks the variant); returns the step's metrics.
 
-    `progress` gets {"phase": "tokenize" | "forward_backward", "done": i, "total": n}.
+    `progress` gets {"phase": "tokenize" | "forward_backward", "done": i, "total": n}. `trained`, if
+    given, receives the sequences the step trains (the weight-sync probe reuses their ids).
     """
     # 1. advantages: each rollout's reward against its group's
     t0 = time.perf_counter()
@@ -69,6 +71,8 @@ def grpo_step(
                     sequences.append(fitted)
             n_traj += 1
         progress({"phase": "tokenize", "done": done + 1, "total": len(trainable)})
+    if trained is not None:
+        trained.extend(sequences)
     metrics: dict[str, Any] = {
         "groups_submitted": len(groups),
         "groups_trainable": len(trainable),

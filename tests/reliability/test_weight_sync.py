@@ -94,7 +94,7 @@ async def _stale_steps_fail(backend: LocalBackend, model: art.TrainableModel, *,
         seen[f"stale_{source}"] = message
         # the trainer saved checkpoint `step`; the engine serves step - 1 until a load passes
         backend.service.entry(name).step = step - 1
-        await backend._call(backend.service._load_and_verify(backend.service.entry(name), step))  # correct load passes
+        await backend._call(backend.service.entry(name).swap.load_and_verify(step))  # correct load passes
         backend.service.entry(name).step = step
     return seen
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from art_train.engines.adapters import BaseWeights, load_lora
 from art_train.engines.base import SamplingParams
 from art_train.engines.kv import SPARE, GrowingLayer, drop_leading, grow_in_place, select_rows
 from art_train.engines.transformers_engine import _choose, _Seq
+from art_train.lora import BaseWeights, load_lora
 
 
 def _seqs(n: int, temperature: float = 1.0, top_p: float = 1.0, seed: int | None = None) -> list[_Seq]:

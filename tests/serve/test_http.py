@@ -135,7 +135,7 @@ async def test_wrong_adapter_fails_the_weight_sync_check(served, tmp_path: Path)
     save_file(tensors, wrong / "adapter_model.safetensors")
 
     async def check(path: Path | None):
-        return await service._load_and_verify(entry, 0, path)
+        return await entry.swap.load_and_verify(0, path)
 
     with pytest.raises(WeightSyncError, match="weight-sync check failed for http@0"):
         await backend._call(check(wrong))
