@@ -6,7 +6,8 @@ It holds the state and calls the parts, each in its own module:
 - `probe`: the trainer's side of the weight-sync check.
 
 A `train` call: retrain an interrupted step if there is one -> journal the new step (its
-trajectories first) -> the step -> save the checkpoint -> clear the journal -> append history.
+trajectories first) -> drop samples older than the staleness bound (`off_policy`, async mode) ->
+the step -> save the checkpoint -> clear the journal -> append history.
 A step that raises is rolled back to the newest checkpoint, its journal moved to ``failed/``.
 """
 
@@ -26,6 +27,7 @@ from art_core import RunDir, SFTConfig, TrainableModel, TrainConfig, TrainResult
 from ..models import chat_template_for, load_causal_lm, load_tokenizer, resolve_base_model, training_autocast
 from .checkpoints import Checkpoints
 from .grpo import grpo_step
+from .off_policy import drop_stale, max_age
 from .policy import Policy, Progress
 from .probe import HalfPrecisionReference, adapter_logprobs
 from .sft import sft_step
@@ -233,8 +235,12 @@ class Trainer:
         self.checkpoints.begin(step, kind, config.model_dump(), groups, step_id)
         self.policy.set_hyperparameters(config)
         trained: list[Sequence] = []
+        off = None
+        if isinstance(config, TrainConfig) and (config.mode == "async" or config.max_steps_off_policy is not None):
+            groups, off = drop_stale(groups, self.step, max_age(config))  # after the journal: it keeps them all
         try:
             metrics = STEPS[kind][1](self.policy, groups, config, progress, trained)
+            metrics |= off.metrics() if off is not None else {}
         except Exception as exc:  # a crash (kill) keeps the journal for a retry; a raised error does not
             kept = self.checkpoints.abort(step, exc)
             self._restore(self.step)
