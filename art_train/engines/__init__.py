@@ -25,7 +25,7 @@ __all__ = [
 
 def __getattr__(name: str):  # noqa: ANN202 - the engines import torch / spawn processes: load on first use
     if name == "TransformersEngine":
-        from .transformers_engine import TransformersEngine
+        from .transformers import TransformersEngine
 
         return TransformersEngine
     if name == "VLLMEngine":
@@ -39,7 +39,7 @@ def bundled_engine(kind: str, path: Path, model_config: Any, device: str | None,
                    vllm_python: str | None = None) -> Engine:
     """A new (not started) bundled engine of `kind` for the base model at `path`."""
     if kind == "transformers":
-        from .transformers_engine import TransformersEngine
+        from .transformers import TransformersEngine
 
         return TransformersEngine(path, model_config=model_config, device=device, dtype=dtype)
     if kind == "vllm":

@@ -93,9 +93,9 @@ async def _stale_steps_fail(backend: LocalBackend, model: art.TrainableModel, *,
         assert await model.get_step() == step - 1  # the previous step stays served
         seen[f"stale_{source}"] = message
         # the trainer saved checkpoint `step`; the engine serves step - 1 until a load passes
-        backend.service.entry(name).step = step - 1
-        await backend._call(backend.service.entry(name).swap.load_and_verify(step))  # correct load passes
-        backend.service.entry(name).step = step
+        swap = backend.service.entry(name).swap
+        await backend._call(swap.load_and_verify(step))  # correct load passes
+        swap.step = step
     return seen
 
 

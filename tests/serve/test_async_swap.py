@@ -35,13 +35,13 @@ async def test_a_request_in_flight_during_an_async_swap_finishes_on_its_start_ad
             [art.TrajectoryGroup(rollout(2 * g + i) for i in range(3)) for g in range(2)], show_progress=False)
         entry = backend.service.entry("a")
         engine = entry.engine
-        real_decode = engine._decode_step
+        real_decode = engine.scheduler.decode_step
 
         def slow_decode(batch):  # noqa: ANN001, ANN202 - the long request decodes for seconds
             time.sleep(0.03)
             return real_decode(batch)
 
-        engine._decode_step = slow_decode
+        engine.scheduler.decode_step = slow_decode
         messages = [{"role": "user", "content": "tell a long story"}]
         raw = openai.AsyncOpenAI(base_url=f"{backend.url}/v1", api_key="x", max_retries=0)
         stream = await raw.chat.completions.create(model="a", messages=messages, max_tokens=300, seed=7, stream=True,
@@ -62,7 +62,7 @@ async def test_a_request_in_flight_during_an_async_swap_finishes_on_its_start_ad
         after = await client.chat.completions.create(model="a", messages=messages, max_tokens=2)
         assert after.model_extra["art_step"] == 1  # new requests get the new step at once
         chunks = await consumer
-        del engine._decode_step
+        del engine.scheduler.decode_step
         assert {c.model_extra["art_step"] for c in chunks} == {0}
         tokens = [t for c in chunks for ch in c.choices for t in (ch.model_extra.get("token_ids") or [])]
         sampled = [lp.logprob for c in chunks for ch in c.choices if ch.logprobs for lp in ch.logprobs.content]
