@@ -1,7 +1,7 @@
 """The swap: what happens between a trained step and the first reply from it, in one place.
 
 publish (the step's adapter, a checkpoint folder inside the run directory) -> load it on the engine
-under ``name@step`` -> verify (the weight-sync check, see `weight_sync`) -> serve (new requests get
+under ``name@step`` (an in-process engine takes the trainer's tensors in memory, no disk round trip) -> verify (the weight-sync check, see `weight_sync`) -> serve (new requests get
 the new step) -> retain (`ModelConfig.retain_checkpoints`). If the check fails, the adapter is
 unloaded, `WeightSyncError` is raised and the previous step stays served.
 
@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from art_core import ModelConfig, RunDir
 
-from .engines.base import Engine
+from .engines.base import Engine, InMemoryAdapters
 from .errors import ServiceError, WeightSyncError
 from .weight_sync import discriminate
 
@@ -55,6 +55,10 @@ class TrainerSide(Protocol):
 
     def adapter_fingerprint(self, step: int | None = None) -> str:
         """`weight_sync.lora_fingerprint` of checkpoint `step`'s adapter."""
+        ...
+
+    def adapter_pairs(self, step: int) -> dict[str, Any] | None:
+        """A copy of `step`'s adapter tensors if the trainer holds them in memory (else None)."""
         ...
 
 
@@ -199,6 +203,7 @@ class Swap:
     gate: Gate
     retention: ModelConfig | None = None
     delete: Any = None
+    in_memory: bool = True  # hand the adapter over in memory where engine and trainer share a process
     step: int | None = None  # the step new requests get
     loaded: set[int] = field(default_factory=set)
 
@@ -239,6 +244,18 @@ class Swap:
             self.loaded.add(step)
         return self.adapter(step)
 
+    async def _load(self, step: int, path: Path | None) -> None:
+        """Load `step` as ``name@step``: its tensors in memory where the engine can take them, else its folder."""
+        pairs = None
+        if path is None and self.in_memory and isinstance(self.engine, InMemoryAdapters):
+            pairs = await asyncio.to_thread(self.trainer.adapter_pairs, step)
+        if pairs is not None:
+            self.publish(step)  # still only a checkpoint that exists in the run directory is served
+            await self.engine.load_adapter_pairs(self.adapter(step), pairs)  # type: ignore[union-attr]
+        else:
+            await self.engine.load_adapter(self.adapter(step), self.publish(step, path))
+        self.loaded.add(step)
+
     # -- the whole sequence after a step -----------------------------------------------------------
     async def after_step(self, step: int, metrics: dict[str, Any]) -> dict[str, Any]:
         """Load and verify `step`, serve it, apply retention; returns the swap's metrics."""
@@ -272,8 +289,7 @@ class Swap:
 
         trained_task = asyncio.ensure_future(asyncio.to_thread(trainer_side))  # overlaps the engine's load
         try:
-            await engine.load_adapter(adapter, self.publish(step, path))
-            self.loaded.add(step)
+            await self._load(step, path)
             t_load = time.perf_counter() - t0
             served = {step: await engine.sequences_logprobs(probes, adapter)}
             for a in alternatives.values():

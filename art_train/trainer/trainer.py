@@ -294,6 +294,19 @@ class Trainer:
             return lora_fingerprint(lora_pairs(get_peft_model_state_dict(self.policy.peft), config))
         return lora_fingerprint(load_lora(self.checkpoints.existing(step)))
 
+    def adapter_pairs(self, step: int) -> dict[str, Any] | None:
+        """A copy of the adapter just trained as ``{module: LoraPair}`` if `step` is the one in memory, else
+        None: handed to an in-process engine without writing and reading it back (the checkpoint is saved too)."""
+        from peft import get_peft_model_state_dict
+
+        from ..lora import LoraPair, lora_pairs
+
+        if step != self.step:
+            return None
+        config = self.policy.peft.peft_config["default"].to_dict()
+        pairs = lora_pairs(get_peft_model_state_dict(self.policy.peft), config)
+        return {k: LoraPair(p.b.clone(), p.a.clone(), p.scale) for k, p in pairs.items()}  # not the live weights
+
     def sequence_logprobs(self, token_ids: list[int], step: int | None = None, dtype: str | None = None) -> list[float]:
         """Logprob of each token at positions 1..n-1 given the ones before it, under checkpoint `step`'s adapter."""
         return self.sequences_logprobs([token_ids], step, dtype)[0]

@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @contextlib.contextmanager
 def engine_loads(backend: LocalBackend, name: str, step: int, source: int) -> Iterator[None]:
-    """While inside, the engine loads ``name@step`` from checkpoint `source`'s folder (a stale adapter)."""
+    """While inside, the engine loads ``name@step`` from checkpoint `source`'s folder (a stale adapter),
+    whether it is handed the folder or (the in-process engine) the trainer's tensors in memory."""
     entry = backend.service.entry(name)
     engine, original = entry.engine, entry.engine.load_adapter
 
@@ -36,11 +37,18 @@ def engine_loads(backend: LocalBackend, name: str, step: int, source: int) -> It
             path = entry.rundir.checkpoint_path(source)
         await original(adapter, path)
 
+    async def stale_pairs(adapter: str, pairs: dict) -> None:
+        await stale(adapter, entry.rundir.checkpoint_path(step))
+
     engine.load_adapter = stale
+    if hasattr(engine, "load_adapter_pairs"):
+        engine.load_adapter_pairs = stale_pairs
     try:
         yield
     finally:
-        del engine.load_adapter  # the instance attribute goes; the class's method is back
+        del engine.load_adapter  # the instance attributes go; the class's methods are back
+        if "load_adapter_pairs" in vars(engine):
+            del engine.load_adapter_pairs
 
 
 @contextlib.contextmanager

@@ -132,7 +132,10 @@ class TransformersEngine:
 
     # -- adapters ------------------------------------------------------------------------------
     async def load_adapter(self, name: str, path: Path) -> None:
-        lora = await asyncio.to_thread(load_lora, path)
+        await self.load_adapter_pairs(name, await asyncio.to_thread(load_lora, path))
+
+    async def load_adapter_pairs(self, name: str, lora: dict[str, LoraPair]) -> None:
+        """Serve `lora` (tensors handed over in memory, e.g. by the trainer in this process) as `name`."""
         with self._lock:
             self._adapters[name] = lora
             self._models.pop(name, None)  # re-merge on next use
