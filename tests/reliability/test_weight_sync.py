@@ -37,11 +37,17 @@ def engine_loads(backend: LocalBackend, name: str, step: int, source: int) -> It
             path = entry.rundir.checkpoint_path(source)
         await original(adapter, path)
 
-    async def stale_pairs(adapter: str, pairs: dict) -> None:
-        await stale(adapter, entry.rundir.checkpoint_path(step))
-
     engine.load_adapter = stale
     if hasattr(engine, "load_adapter_pairs"):
+        from art_train.lora import load_lora
+
+        original_pairs = engine.load_adapter_pairs
+
+        async def stale_pairs(adapter: str, pairs: dict) -> None:
+            if adapter == f"{name}@{step}":
+                pairs = load_lora(entry.rundir.checkpoint_path(source))
+            await original_pairs(adapter, pairs)
+
         engine.load_adapter_pairs = stale_pairs
     try:
         yield
