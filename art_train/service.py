@@ -38,7 +38,8 @@ from .config import BackendConfig
 from .engines import bundled_engine
 from .engines.base import ChatRequest, Engine, EngineError
 from .errors import ServiceError, WeightSyncError
-from .swap import Gate, Swap, sync_tolerance
+from .gate import Gate
+from .swap import Swap, sync_tolerance
 from .validate import check_train_groups, vocab_size, with_model_defaults
 
 __all__ = ["Gate", "ModelService", "ServiceError", "WeightSyncError", "split_served_name"]  # errors, Gate: re-exported
@@ -99,11 +100,6 @@ class ModelService:
         self._register_lock = asyncio.Lock()
 
     # -- registration --------------------------------------------------------------------------
-    def _make_trainer(self, model: TrainableModel, rundir: RunDir) -> Any:
-        from .trainer import Trainer
-
-        return Trainer(model, rundir, device=self.config.device)
-
     async def _engine_for(self, model: Model) -> Engine:
         config = getattr(model, "config", None)
         if self._make_engine is not None:
@@ -155,7 +151,9 @@ class ModelService:
                 assert isinstance(model, TrainableModel)
                 entry.rundir = RunDir(model.project, model.name, self.config.path)
                 entry.rundir.write_model(model.model_dump(mode="json"))
-                entry.trainer = await asyncio.to_thread(self._make_trainer, model, entry.rundir)
+                from .trainer import Trainer  # torch: only once a trainable model registers
+
+                entry.trainer = await asyncio.to_thread(Trainer, model, entry.rundir, device=self.config.device)
                 # a step journalled by a process that died mid-step is finished now, from its saved
                 # trajectories: the served step is then the newest complete one and get_step() is right
                 resumed = await asyncio.to_thread(entry.trainer.resume_pending)
@@ -309,8 +307,7 @@ class ModelService:
                                  progress, step_id)
 
     async def get_step(self, name: str) -> int:
-        entry = self.entry(name)
-        return entry.step or 0
+        return self.entry(name).step or 0
 
     async def log(self, name: str, groups: list[TrajectoryGroup], split: str, step: int | None) -> dict[str, Any]:
         entry = self._trainable(name)
@@ -326,14 +323,12 @@ class ModelService:
         return metrics
 
     async def list_checkpoints(self, name: str) -> list[int]:
-        entry = self._trainable(name)
-        assert entry.rundir is not None
-        return entry.rundir.checkpoint_steps()
+        rundir = self._trainable(name).rundir
+        return rundir.checkpoint_steps() if rundir is not None else []
 
     async def delete_checkpoints(self, name: str, steps: list[int] | None = None,
                                  best_checkpoint_metric: str | None = None) -> list[int]:
-        """Delete `steps`, or (None) all but the newest and the best by `best_checkpoint_metric` (each once no
-        request in flight samples from it)."""
+        """Delete `steps`, or (None) all but the newest and the best by `best_checkpoint_metric`."""
         swap = self._trainable(name).swap
         assert swap is not None
         try:

@@ -5,10 +5,8 @@ under ``name@step`` (an in-process engine takes the trainer's tensors in memory,
 the new step) -> retain (`ModelConfig.retain_checkpoints`). If the check fails, the adapter is
 unloaded, `WeightSyncError` is raised and the previous step stays served.
 
-The trainer is seen through `TrainerSide` (three methods); the engine through `Engine`. The gate
-(`Gate`) is the service's admission control: in synchronous mode it holds new requests for the whole
-step; in asynchronous mode it is never held, and only counts which step each request in flight
-samples from, so retention never unloads an adapter a request is still using.
+The trainer is seen through `TrainerSide`; the engine through `Engine`. Retention waits on the
+model's `Gate` until no request in flight samples from a checkpoint it deletes.
 """
 
 from __future__ import annotations
@@ -16,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -25,9 +22,10 @@ from art_core import ModelConfig, RunDir
 
 from .engines.base import Engine, InMemoryAdapters
 from .errors import ServiceError, WeightSyncError
+from .gate import Gate
 from .weight_sync import discriminate
 
-__all__ = ["DRIFT_WARNING", "Gate", "Swap", "TrainerSide", "drift_limit", "fixed_probe", "probe_budget", "sync_tolerance",
+__all__ = ["DRIFT_WARNING", "Swap", "TrainerSide", "drift_limit", "fixed_probe", "probe_budget", "sync_tolerance",
            "warn_drift"]
 
 logger = logging.getLogger(__name__)
@@ -60,70 +58,6 @@ class TrainerSide(Protocol):
     def adapter_pairs(self, step: int) -> dict[str, Any] | None:
         """A copy of `step`'s adapter tensors if the trainer holds them in memory (else None)."""
         ...
-
-
-class Gate:
-    """Admission control for one model's inference: `hold` makes new requests wait and drains the rest.
-
-    Requests in flight are also counted by the step they sample from (`use`), so that `unused` can wait
-    until no request needs an old adapter any more.
-    """
-
-    def __init__(self) -> None:
-        self._open = asyncio.Event()
-        self._open.set()
-        self._inflight = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
-        self._steps: Counter[int] = Counter()
-        self._changed = asyncio.Event()
-        self._held_at: float | None = None  # for held_seconds (art serve's /metrics)
-        self._held_total = 0.0
-
-    async def enter(self) -> None:
-        while not self._open.is_set():
-            await self._open.wait()
-        self._inflight += 1
-        self._idle.clear()
-
-    def use(self, step: int | None) -> None:
-        """The request that entered samples from `step` (None: the bare base model)."""
-        if step is not None:
-            self._steps[step] += 1
-
-    def leave(self, step: int | None = None) -> None:
-        self._inflight -= 1
-        if step is not None:
-            self._steps[step] -= 1
-            self._steps += Counter()  # drop zero counts
-        self._changed.set()
-        self._changed = asyncio.Event()
-        if self._inflight == 0:
-            self._idle.set()
-
-    async def unused(self, steps: list[int]) -> None:
-        """Return once no request in flight samples from any of `steps`."""
-        while any(self._steps[s] for s in steps):
-            await self._changed.wait()
-
-    async def hold(self) -> None:
-        self._held_at = self._held_at or time.monotonic()
-        self._open.clear()
-        await self._idle.wait()
-
-    def resume(self) -> None:
-        if self._held_at is not None:
-            self._held_total += time.monotonic() - self._held_at
-            self._held_at = None
-        self._open.set()
-
-    def held_seconds(self) -> float:
-        """Seconds spent held, the current hold included."""
-        return self._held_total + (time.monotonic() - self._held_at if self._held_at is not None else 0.0)
-
-    @property
-    def held(self) -> bool:
-        return not self._open.is_set()
 
 
 def sync_tolerance(engine: Engine, model_config: Any, device: str | None, override: float | None) -> float:
