@@ -1,9 +1,10 @@
 """The swap: what happens between a trained step and the first reply from it, in one place.
 
 publish (the step's adapter, a checkpoint folder inside the run directory) -> load it on the engine
-under ``name@step`` (an in-process engine takes the trainer's tensors in memory, no disk round trip) -> verify (the weight-sync check, see `weight_sync`) -> serve (new requests get
-the new step) -> retain (`ModelConfig.retain_checkpoints`). If the check fails, the adapter is
-unloaded, `WeightSyncError` is raised and the previous step stays served.
+under ``name@step`` (an in-process engine takes the trainer's tensors in memory, no disk round trip)
+-> verify (the weight-sync check, see `weight_sync`) -> serve (new requests get the new step) ->
+retain (`ModelConfig.retain_checkpoints`). If the check fails, the adapter is unloaded,
+`WeightSyncError` is raised and the previous step stays served.
 
 The trainer is seen through `TrainerSide`; the engine through `Engine`. Retention waits on the
 model's `Gate` until no request in flight samples from a checkpoint it deletes.
@@ -40,7 +41,8 @@ _PROBE = [
 
 
 class TrainerSide(Protocol):
-    """What the swap needs from the trainer: the ids a step trained on, logprobs, a weight fingerprint."""
+    """What the swap needs from the trainer: the ids a step trained on, logprobs, a weight fingerprint, and
+    (for an engine in the same process) the adapter's tensors."""
 
     def trained_ids(self, step: int) -> list[list[int]]:
         """Token ids of the sequences `step` trained on, most trained tokens first ([] if unknown here)."""
