@@ -25,6 +25,7 @@ from .engines.base import Engine, InMemoryAdapters
 from .errors import ServiceError, WeightSyncError
 from .gate import Gate
 from .weight_sync import discriminate
+from .weight_sync import sync_tolerance as weight_sync_tolerance
 
 __all__ = ["DRIFT_WARNING", "Swap", "TrainerSide", "drift_limit", "fixed_probe", "probe_budget", "sync_tolerance",
            "warn_drift"]
@@ -63,15 +64,13 @@ class TrainerSide(Protocol):
 
 
 def sync_tolerance(engine: Engine, model_config: Any, device: str | None, override: float | None) -> float:
-    """Largest |engine - trainer| probe logprob accepted: `override`, else the engine's own, else 2e-3 where
-    the engine samples at full precision (float32, or 'auto' on CPU) and 0.1 at half precision."""
+    """Largest |engine - trainer| probe logprob accepted: `override`, else the engine's own, else the table in
+    `weight_sync.sync_tolerance` for the model's dtype and the device."""
     if override is not None:
         return override
     if engine.sync_tolerance is not None:
         return float(engine.sync_tolerance)
-    dtype = getattr(model_config, "dtype", "auto")
-    full = dtype == "float32" or (dtype == "auto" and (device or "cpu").startswith("cpu"))
-    return 2e-3 if full else 0.1
+    return weight_sync_tolerance(getattr(model_config, "dtype", "auto"), device)
 
 
 def drift_limit(engine: Engine, tolerance: float) -> float:

@@ -27,9 +27,25 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SEPARATION", "Discrimination", "discriminate", "lora_fingerprint"]
+__all__ = ["SEPARATION", "Discrimination", "discriminate", "lora_fingerprint", "sync_tolerance"]
 
 SEPARATION = 6.0  # s = 0 and s = 1 must be this many standard errors apart to decide
+
+# max |engine - trainer| logprob on the fixed probe that a correct load may show, by the precision both
+# sides compute at (the trainer computes at the engine's dtype when they differ: `sync_reference_dtype`)
+# and the device. On CPU a bfloat16 engine against the trainer's bfloat16 reference gave 0.0 (the GPU
+# script's CPU twin, tiny model). On CUDA a batched engine forward and the trainer's may take different
+# bfloat16 kernels: benchmarks/results/gpu.json's weight_sync section measures it; until then 0.1.
+TOLERANCES = {("float32", "cpu"): 2e-3, ("float32", "cuda"): 2e-3, ("half", "cpu"): 0.1, ("half", "cuda"): 0.1}
+
+
+def sync_tolerance(dtype: str | None, device: str | None) -> float:
+    """The weight-sync tolerance for an engine computing at `dtype` ("auto": bfloat16 on CUDA, float32 on
+    CPU) on `device` ("cpu", "cuda", "cuda:1", ...; None: CPU)."""
+    kind = "cuda" if (device or "cpu").startswith("cuda") else "cpu"
+    if dtype in (None, "auto"):
+        dtype = "bfloat16" if kind == "cuda" else "float32"
+    return TOLERANCES[("float32" if dtype == "float32" else "half", kind)]
 
 
 def lora_fingerprint(pairs: dict[str, Any]) -> str:

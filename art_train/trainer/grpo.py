@@ -98,6 +98,7 @@ def grpo_step(
     packed = [policy.rows(b, config) for b in batches]
 
     # 4. old logprobs only when the weights move within the step; reference logprobs only with a KL term
+    work = policy.decoder.snapshot()  # from here every decoder call counts in `work/*`
     multi_step = config.num_epochs * len(batches) > 1
     old = [policy.logprobs(rows, len(sot), adapter=True) if multi_step else None for rows, sot in packed]
     ref = [policy.logprobs(rows, len(sot), adapter=False) if config.beta > 0 else None for rows, sot in packed]
@@ -172,6 +173,7 @@ def grpo_step(
         "rows": sum(len(rows) for rows, _ in packed),
         "time/forward_backward_s": time.perf_counter() - t1,
     })
+    metrics |= policy.decoder.since(work, trained_tokens, metrics["rows"])
     if drift["tokens"]:  # how far the sampler's logprobs are from the trainer's: a stale engine shows here
         mean = drift["sum"] / drift["tokens"]
         metrics |= {"sampler_drift/mean_abs": mean, "sampler_drift/max_abs": drift["max"],

@@ -88,26 +88,47 @@ def build_rows(sequences: list[Sequence], capacity: int) -> tuple[list[Row], tor
 
 
 def prefix_groups(rows: list[Row], min_prefix: int = 16) -> list[tuple[int, list[Row]]]:
-    """Single-sequence rows grouped by the longest context they start with, up to their first prediction.
+    """Single-sequence rows grouped by a context they start with, up to their first prediction.
 
-    Returns (prefix length, rows) pairs in first-seen order: each row joins the first group whose
-    common prefix it shares for at least `min_prefix` tokens (the group's prefix shrinks to what all
-    share); a row that shares none comes alone with length 0. GRPO's rollouts of one task share their
-    prompt, SFT examples their system prompt and tool specs: those keys and values are computed once
-    (see `SharedPrefix`).
+    Returns (prefix length, rows) pairs; a row that shares no prefix of at least `min_prefix` tokens
+    with another comes alone with length 0. A group's prefix is run once (see `SharedPrefix`), which
+    saves prefix length x (members - 1) tokens of forward and backward. Rows with the same context
+    (GRPO's rollouts of one task) start as one group; then, while it saves tokens, the two groups
+    whose merge saves most are merged, their prefix shrinking to what both share. So SFT examples
+    with distinct questions share their system prompt and tool specs, while two tasks' rollouts
+    stay apart: sharing only the system prompt would cost each rollout its whole prompt's forward.
     """
-    groups: list[tuple[list[int], list[Row]]] = []
+    exact: dict[tuple[int, ...], list[Row]] = {}
     for row in rows:
         k = int(row.pred_index.min()) if row.pred_index.numel() else 0
-        context = row.input_ids[:k].tolist()
-        for i, (key, members) in enumerate(groups):
-            n = _common_length(key, context)
-            if n >= min_prefix:
-                groups[i] = (key[:n], [*members, row])
-                break
-        else:
-            groups.append((context, [row]))
-    return [(len(key) if len(members) > 1 else 0, members) for key, members in groups]
+        exact.setdefault(tuple(row.input_ids[:k].tolist()) if k >= min_prefix else (-id(row),), []).append(row)
+    keys = [list(key) if key[0] >= 0 else [] for key in exact]
+    members = list(exact.values())
+    lengths = [len(k) for k in keys]
+    common = [[_common_length(a, b) for b in keys] for a in keys]  # common[i][j]: shared prefix length
+    while True:
+        best, best_gain = None, 0
+        for i in range(len(keys)):
+            for j in range(i + 1, len(keys)):
+                c = common[i][j]
+                if c < min_prefix:
+                    continue
+                before = lengths[i] * (len(members[i]) - 1) + lengths[j] * (len(members[j]) - 1)
+                gain = c * (len(members[i]) + len(members[j]) - 1) - before
+                if gain > best_gain:
+                    best, best_gain = (i, j), gain
+        if best is None:
+            break
+        i, j = best
+        lengths[i] = common[i][j]
+        members[i] = members[i] + members[j]
+        for x in range(len(keys)):
+            common[i][x] = common[x][i] = min(lengths[i], common[i][x], common[j][x])
+        for table in (keys, members, lengths, common):
+            del table[j]
+        for line in common:
+            del line[j]
+    return [(n if len(group) > 1 else 0, group) for n, group in zip(lengths, members, strict=True)]
 
 
 def _common_length(a: list[int], b: list[int]) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -19,6 +19,7 @@ from art_core import SFTConfig, TrainConfig
 from .logprobs import row_logprobs
 from .packing import Row, build_rows, row_groups
 from .tokenize import Sequence
+from .work import DecoderCounter
 
 __all__ = ["Policy", "Progress"]
 
@@ -34,6 +35,7 @@ class Policy:
         gradient_checkpointing: whether the base model recomputes activations (then no shared prefixes).
         prefix_preserving: whether the chat template passed the prefix check (`check_prefix_preserving`).
         autocast: the dtype the decoder computes in under torch.autocast (`ModelConfig.autocast`), or None.
+        decoder: counts the tokens and calls through the decoder (a step's `work/*` metrics).
     """
 
     peft: Any
@@ -45,6 +47,10 @@ class Policy:
     gradient_checkpointing: bool = False
     prefix_preserving: bool = True
     autocast: str | None = None
+    decoder: DecoderCounter = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.decoder = DecoderCounter(self.causal_lm)
 
     @property
     def causal_lm(self) -> Any:

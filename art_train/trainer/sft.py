@@ -48,6 +48,7 @@ def sft_step(policy: Policy, trajectories: list[Trajectory], config: SFTConfig, 
     t1 = time.perf_counter()
     packed = [policy.rows(b, config) for b in split_batches(sequences, config.batch_size)]
     total_rows = config.num_epochs * sum(len(rows) for rows, _ in packed)
+    work = policy.decoder.snapshot()
     done_rows, loss_sum, grad_sum, steps, trained_tokens = 0, 0.0, 0.0, 0, 0
     with policy.training():
         for epoch in range(config.num_epochs):
@@ -81,4 +82,5 @@ def sft_step(policy: Policy, trajectories: list[Trajectory], config: SFTConfig, 
             "time/forward_backward_s": time.perf_counter() - t1,
         }
     )
+    metrics |= policy.decoder.since(work, trained_tokens, sum(len(rows) for rows, _ in packed))
     return metrics
