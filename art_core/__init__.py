@@ -19,6 +19,7 @@ from .gather import TooManyExceptions, gather_trajectories, gather_trajectory_gr
 from .metrics import group_metrics
 from .model import Model, TrainableModel
 from .openai_capture import CapturingTransport
+from .pipeline import PipelineTrainer
 from .remote import BackendError, RemoteBackend
 from .retry import retry
 from .rundir import RunDir, atomic_write_bytes, atomic_write_text
@@ -55,6 +56,7 @@ __all__ = [
     "Model",
     "ModelConfig",
     "PeriodicEval",
+    "PipelineTrainer",
     "Registration",
     "RemoteBackend",
     "RolloutError",

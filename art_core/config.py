@@ -36,7 +36,8 @@ class TrainConfig(BaseModel):
         gt=0,
         description=(
             "Cap C for truncated importance sampling against the sampler's logprobs: each token's "
-            "loss is weighted by min(exp(logp_trainer_old - logp_sampler), C). None turns it off."
+            "loss is weighted by min(exp(logp_trainer_old - logp_sampler), C). None turns it off in sync "
+            "mode and means 2.0 in async mode."
         ),
     )
     scale_rewards: bool = Field(True, description="Divide each group's advantages by the group's std.")
@@ -61,6 +62,24 @@ class TrainConfig(BaseModel):
             "Also train assistant turns that carry no sampled token ids (a teacher's, a hand-built chat "
             "model's): re-tokenized from their text and counted as `tokenize/retokenized_turns`. Off: they "
             "are context (`tokenize/unsampled_context_turns`), since the policy never sampled them."
+        ),
+    )
+    mode: Literal["sync", "async"] = Field(
+        "sync",
+        description=(
+            "'sync': the backend holds the model's inference while the step trains and serves the new step "
+            "before any further request. 'async': inference goes on under the current step while this one "
+            "trains, the new adapter replaces it between requests, and the step drops and corrects off-policy "
+            "samples (`max_steps_off_policy`, `truncated_importance_sampling`)."
+        ),
+    )
+    max_steps_off_policy: int | None = Field(
+        None,
+        ge=0,
+        description=(
+            "Oldest sample trained: a sample's age is the step the training starts from minus the step that "
+            "sampled it (0 on-policy); older ones are dropped (not trained) and counted in `off_policy/dropped`. "
+            "None: 1 in async mode, no bound in sync mode."
         ),
     )
 

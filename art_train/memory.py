@@ -1,7 +1,7 @@
 """Memory for a trainer and an embedded engine sharing one GPU: the engine's KV cache bounded so the step fits.
 
 The engine holds, besides its weights, one merged copy of the weights per adapter in use (up to
-``max_models - 1`` copies, see `engines.adapters`) and keys and values for at most ``max_batch``
+``max_models - 1`` copies, see `art_train.lora`) and keys and values for at most ``max_batch``
 sequences of at most ``max_seq_len`` tokens, plus its prefix cache. So its KV cache is bounded by
 
     kv_bytes = max_batch * max_seq_len * kv_bytes_per_token + prefix_cache_bytes

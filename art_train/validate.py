@@ -1,4 +1,5 @@
-"""Checks on what a training call brings over the wire, done before anything is journalled or trained.
+"""Checks on what a training call brings over the wire, done before anything is journalled or trained
+(and the defaults a registered trainable model gets from its base model, checked the same way).
 
 A step refused here leaves no trace in the run directory, so it cannot be replayed as a pending
 step; a step that passes cannot fail later on an index out of the embedding table.
@@ -9,9 +10,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from art_core import TrajectoryGroup
+from art_core import Model, TrainableModel, TrajectoryGroup
 
-__all__ = ["check_train_groups", "vocab_size"]
+__all__ = ["check_train_groups", "vocab_size", "with_model_defaults"]
 
 
 def vocab_size(trainer: Any) -> int:
@@ -47,3 +48,19 @@ def check_train_groups(groups: list[TrajectoryGroup], vocab: int) -> None:
                         raise ValueError(
                             f"{at}: logprob {lp:g} is not a log-probability (log-probabilities are <= 0 and "
                             "finite); send the sampler's logprobs of the sampled tokens, not probabilities, or none")
+
+
+def with_model_defaults(model: Model) -> TrainableModel:
+    """A copy of `model` as a TrainableModel whose config has the base model's alias defaults in every
+    field the user left unset (`apply_model_defaults`); the user's object is not changed. ValueError
+    naming the model when those defaults are invalid."""
+    from .models import apply_model_defaults
+
+    if not isinstance(model, TrainableModel):
+        model = TrainableModel.model_validate(model.model_dump(exclude_unset=True))
+    try:
+        config = apply_model_defaults(model.config, model.base_model)
+    except ValueError as exc:  # pydantic's ValidationError too: an alias whose defaults do not validate
+        raise ValueError(f"model {model.name!r}: the defaults of base model {model.base_model!r} are invalid: "
+                         f"{exc}; fix its ModelSpec or set the fields in ModelConfig") from exc
+    return model.model_copy(update={"config": config})

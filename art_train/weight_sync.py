@@ -3,7 +3,7 @@
 A tolerance on |served - trained| logprobs alone cannot tell: one step at an ordinary learning
 rate moves logprobs by ~1e-3 while a bfloat16 engine differs from a float32 trainer by ~4e-2,
 so an engine serving the previous checkpoint passes any tolerance loose enough for its precision.
-Two things can tell, and the service (`ModelService._load_and_verify`) uses both:
+Two things can tell, and the swap (`swap.Swap.load_and_verify`) uses both:
 
 1. **Identity**: a fingerprint of the LoRA tensors the engine holds (in-process engine) or of the
    adapter folder it reports having loaded (vLLM's ``/v1/models`` root) must equal the trainer's.

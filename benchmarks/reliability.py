@@ -299,12 +299,13 @@ def _old_check() -> Any:
 async def _stale_run(args: argparse.Namespace, home: str, check: str) -> dict[str, Any]:
     import art_core as art
     from art_train import LocalBackend
-    from art_train.service import ModelService, WeightSyncError
+    from art_train.service import WeightSyncError
     from tests.reliability.test_weight_sync import LR, engine_loads, groups_for, without_identity
 
-    original = ModelService._load_and_verify
-    if check == "old":
-        ModelService._load_and_verify = _old_check()
+    if check == "old":  # the old check was a ModelService method; the swap moved to art_train/swap.py
+        raise SystemExit(f"the 'old' arm replays ModelService._load_and_verify from {OLD_CHECK_COMMIT}, which needs "
+                         "a tree from before art_train/swap.py (commit e8f0f34 or earlier); its figures are kept in "
+                         "benchmarks/results")
     kw = {"engine_dtype": args.dtype} if args.engine == "transformers" else {"vllm_python": args.vllm_python}
     backend = LocalBackend(path=home, engine=args.engine, **kw)
     model = art.TrainableModel(name="ws", project="rel", base_model=args.model, config=art.ModelConfig(max_seq_len=1024))
@@ -329,7 +330,6 @@ async def _stale_run(args: argparse.Namespace, home: str, check: str) -> dict[st
             await backend._call(_rewind(entry, 1))
     finally:
         await backend.close()
-        ModelService._load_and_verify = original
     return out
 
 
@@ -340,10 +340,10 @@ async def _rewind(entry: Any, step: int) -> None:
     for s in entry.rundir.checkpoint_steps():
         if s > step:
             entry.rundir.delete_checkpoint(s)
-            entry.loaded.discard(s)
+            entry.swap.loaded.discard(s)
     entry.trainer = await asyncio.to_thread(Trainer, entry.model, entry.rundir, base_path=entry.trainer.base_path,
                                             device=entry.trainer.device)
-    entry.step = step
+    entry.swap.trainer, entry.swap.delete, entry.swap.step = entry.trainer, entry.trainer.checkpoints.delete, step
 
 
 def weight_sync(args: argparse.Namespace) -> dict[str, Any]:

@@ -147,7 +147,7 @@ async def serve_arm(engine: str, home: Path, vllm_python: str | None, engine_dty
         out["tok_s"], out["tok_s_runs"] = statistics.median(runs), runs
         if engine == "vllm":
             raw_url = f"{entry.engine.url}/v1"
-            adapter = backend.service.adapter_name(entry, result.step)
+            adapter = entry.swap.adapter(result.step)
             key = entry.engine.api_key  # vLLM's own port answers only the engine's key (else 401)
             await concurrent(raw_url, adapter, messages[:4], api_key=key)
             raw, raw_contract = [], []

@@ -1,5 +1,8 @@
 """Inference engines behind one protocol: `transformers` (embedded) and `vllm` (its own process)."""
 
+from pathlib import Path
+from typing import Any
+
 from .base import ChatRequest, Engine, EngineError, SamplingParams
 from .tool_parsers import ParsedOutput, ToolParser, add_tool_parser, get_tool_parser, hermes, tool_parser
 
@@ -13,6 +16,7 @@ __all__ = [
     "TransformersEngine",
     "VLLMEngine",
     "add_tool_parser",
+    "bundled_engine",
     "get_tool_parser",
     "hermes",
     "tool_parser",
@@ -21,7 +25,7 @@ __all__ = [
 
 def __getattr__(name: str):  # noqa: ANN202 - the engines import torch / spawn processes: load on first use
     if name == "TransformersEngine":
-        from .transformers_engine import TransformersEngine
+        from .transformers import TransformersEngine
 
         return TransformersEngine
     if name == "VLLMEngine":
@@ -29,3 +33,17 @@ def __getattr__(name: str):  # noqa: ANN202 - the engines import torch / spawn p
 
         return VLLMEngine
     raise AttributeError(name)
+
+
+def bundled_engine(kind: str, path: Path, model_config: Any, device: str | None, dtype: str,
+                   vllm_python: str | None = None) -> Engine:
+    """A new (not started) bundled engine of `kind` for the base model at `path`."""
+    if kind == "transformers":
+        from .transformers import TransformersEngine
+
+        return TransformersEngine(path, model_config=model_config, device=device, dtype=dtype)
+    if kind == "vllm":
+        from .vllm_engine import VLLMEngine
+
+        return VLLMEngine(path, model_config=model_config, python=vllm_python)
+    raise ValueError(f"unknown engine {kind!r}; use 'transformers' or 'vllm'")

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["ChatRequest", "Engine", "EngineError", "SamplingParams"]
+__all__ = ["ChatRequest", "Engine", "EngineError", "InMemoryAdapters", "SamplingParams"]
 
 
 class EngineError(RuntimeError):
@@ -95,3 +95,12 @@ class Engine(Protocol):
         ...
 
     async def stop(self) -> None: ...
+
+
+@runtime_checkable
+class InMemoryAdapters(Protocol):
+    """An engine in the trainer's process that can take an adapter's tensors without a disk round trip."""
+
+    async def load_adapter_pairs(self, name: str, lora: dict[str, Any]) -> None:
+        """Serve `lora` (``{module: art_train.lora.LoraPair}``) as adapter `name`."""
+        ...

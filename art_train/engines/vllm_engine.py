@@ -258,8 +258,8 @@ class VLLMEngine:
         vLLM's weights cannot be read from outside; what it says it loaded, read back from disk, is the
         nearest identity there is. None when vLLM does not list the adapter or its folder.
         """
+        from ..lora import load_lora
         from ..weight_sync import lora_fingerprint
-        from .adapters import load_lora
 
         r = await self._client.get("/v1/models")
         if r.status_code >= 400:

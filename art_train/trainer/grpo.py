@@ -10,6 +10,8 @@ Where it departs from the papers (DeepSeekMath's GRPO, DAPO, Dr. GRPO, GSPO) and
   trains on the sampled tokens as they are.
 - No padding: sequences go one per row on CPU (packed rows on GPU), and the lm_head runs only on the
   trained tokens. Rollouts of one task share their prompt's forward and backward (`SharedPrefix`).
+- Off-policy samples (async mode) arrive already filtered by age (`off_policy.drop_stale`, in the
+  `Trainer`); the kept ones get truncated importance sampling against the sampler by default.
 - The "old" policy is the checkpoint the step starts from. With one optimizer step per call the
   ratio is exactly 1 (as in TRL) and no old logprobs are computed; they are when the weights move
   within the step (`num_epochs` x batches > 1).
@@ -32,6 +34,7 @@ from art_core import TrainConfig, TrajectoryGroup
 from .advantages import step_advantages
 from .logprobs import SharedPrefix, row_logprobs
 from .losses import clip_fraction, loss_spec, policy_loss, token_weights
+from .off_policy import is_cap
 from .packing import split_batches
 from .policy import Policy, Progress
 from .tokenize import Sequence, TokenizeStats, fit_length, tokenize_trajectory
@@ -41,11 +44,13 @@ __all__ = ["grpo_step"]
 logger = logging.getLogger(__name__)
 
 def grpo_step(
-    policy: Policy, groups: list[TrajectoryGroup], config: TrainConfig, progress: Progress
+    policy: Policy, groups: list[TrajectoryGroup], config: TrainConfig, progress: Progress,
+    *, trained: list[Sequence] | None = None,
 ) -> dict[str, Any]:
     """Train `policy` on `groups` with GRPO (``config.loss`` picks the variant); returns the step's metrics.
 
-    `progress` gets {"phase": "tokenize" | "forward_backward", "done": i, "total": n}.
+    `progress` gets {"phase": "tokenize" | "forward_backward", "done": i, "total": n}. `trained`, if
+    given, receives the sequences the step trains (the weight-sync probe reuses their ids).
     """
     # 1. advantages: each rollout's reward against its group's
     t0 = time.perf_counter()
@@ -71,6 +76,8 @@ def grpo_step(
                     sequences.append(fitted)
             n_traj += 1
         progress({"phase": "tokenize", "done": done + 1, "total": len(trainable)})
+    if trained is not None:
+        trained.extend(sequences)
     if stats.counts["trajectories_without_trained_tokens"]:
         logger.warning(
             "%d of %d trajectories have no sampled assistant turn, so nothing of them is trained (turns without "
@@ -94,6 +101,7 @@ def grpo_step(
     spec = loss_spec(config.loss, config.importance_sampling_level)
     eps_low = config.epsilon
     eps_high = config.epsilon if config.epsilon_high is None else config.epsilon_high
+    tis_cap = is_cap(config)  # async mode corrects off-policy samples by default (see off_policy)
     batches = split_batches(sequences, config.batch_size)
     packed = [policy.rows(b, config) for b in batches]
 
@@ -135,7 +143,7 @@ def grpo_step(
                         terms = policy_loss(
                             spec, logp, old_logp, a, row.seq_local.to(dev), weights[idx].to(dev),
                             eps_low=eps_low, eps_high=eps_high,
-                            sampler_logp=sampler[idx].to(dev), tis_cap=config.truncated_importance_sampling,
+                            sampler_logp=sampler[idx].to(dev), tis_cap=tis_cap,
                             ref_logp=ref[b][idx].to(dev) if ref[b] is not None else None, beta=config.beta,
                         )
                         if epoch == 0:  # old_logp is the policy the step started from

@@ -63,7 +63,7 @@ class HalfPrecisionReference:
         merged at `dtype` once for all the sequences."""
         from peft import get_peft_model_state_dict
 
-        from ..engines.adapters import BaseWeights, load_lora, lora_pairs, probe_logprobs_batch
+        from ..lora import BaseWeights, load_lora, lora_pairs, probe_logprobs_batch
         from ..models import load_causal_lm
 
         if all(len(ids) < 2 for ids in sequences):

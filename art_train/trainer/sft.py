@@ -21,8 +21,10 @@ from .tokenize import Sequence, TokenizeStats, fit_length, tokenize_trajectory
 __all__ = ["sft_step"]
 
 
-def sft_step(policy: Policy, trajectories: list[Trajectory], config: SFTConfig, progress: Progress) -> dict[str, Any]:
-    """Train `policy` on the assistant turns of `trajectories`; returns the step's metrics."""
+def sft_step(policy: Policy, trajectories: list[Trajectory], config: SFTConfig, progress: Progress,
+             *, trained: list[Sequence] | None = None) -> dict[str, Any]:
+    """Train `policy` on the assistant turns of `trajectories`; returns the step's metrics (and, into
+    `trained` if given, the sequences it trains)."""
     t0 = time.perf_counter()
     stats = TokenizeStats()
     sequences: list[Sequence] = []
@@ -36,6 +38,8 @@ def sft_step(policy: Policy, trajectories: list[Trajectory], config: SFTConfig, 
             if fitted is not None:
                 sequences.append(fitted)
         progress({"phase": "tokenize", "done": i + 1, "total": len(trajectories)})
+    if trained is not None:
+        trained.extend(sequences)
     metrics: dict[str, Any] = {
         "sequences": len(sequences),
         **stats.metrics(),

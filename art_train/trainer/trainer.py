@@ -6,7 +6,8 @@ It holds the state and calls the parts, each in its own module:
 - `probe`: the trainer's side of the weight-sync check.
 
 A `train` call: retrain an interrupted step if there is one -> journal the new step (its
-trajectories first) -> the step -> save the checkpoint -> clear the journal -> append history.
+trajectories first) -> drop samples older than the staleness bound (`off_policy`, async mode) ->
+the step -> save the checkpoint -> clear the journal -> append history.
 A step that raises is rolled back to the newest checkpoint, its journal moved to ``failed/``.
 """
 
@@ -26,10 +27,11 @@ from art_core import RunDir, SFTConfig, TrainableModel, TrainConfig, TrainResult
 from ..models import chat_template_for, load_causal_lm, load_tokenizer, resolve_base_model, training_autocast
 from .checkpoints import Checkpoints
 from .grpo import grpo_step
+from .off_policy import drop_stale, max_age
 from .policy import Policy, Progress
 from .probe import HalfPrecisionReference, adapter_logprobs
 from .sft import sft_step
-from .tokenize import check_prefix_preserving
+from .tokenize import Sequence, check_prefix_preserving
 
 __all__ = ["Progress", "Trainer"]
 
@@ -40,16 +42,20 @@ def _noop(_: dict[str, Any]) -> None:
     return None
 
 
-def _grpo(policy: Policy, groups: list[TrajectoryGroup], config: Any, progress: Progress) -> dict[str, Any]:
-    return grpo_step(policy, groups, config, progress)
+def _grpo(policy: Policy, groups: list[TrajectoryGroup], config: Any, progress: Progress,
+          trained: list[Sequence]) -> dict[str, Any]:
+    return grpo_step(policy, groups, config, progress, trained=trained)
 
 
-def _sft(policy: Policy, groups: list[TrajectoryGroup], config: Any, progress: Progress) -> dict[str, Any]:
-    return sft_step(policy, [t for g in groups for t in g.trajectories], config, progress)
+def _sft(policy: Policy, groups: list[TrajectoryGroup], config: Any, progress: Progress,
+         trained: list[Sequence]) -> dict[str, Any]:
+    return sft_step(policy, [t for g in groups for t in g.trajectories], config, progress, trained=trained)
 
+
+StepFn = Callable[[Policy, list[TrajectoryGroup], Any, Progress, list[Sequence]], dict[str, Any]]
 
 # kind (as journaled in train_pending.json and written to history) -> (its config class, its step)
-STEPS: dict[str, tuple[type[BaseModel], Callable[[Policy, list[TrajectoryGroup], Any, Progress], dict[str, Any]]]] = {
+STEPS: dict[str, tuple[type[BaseModel], StepFn]] = {
     "grpo": (TrainConfig, _grpo),
     "sft": (SFTConfig, _sft),
 }
@@ -124,6 +130,7 @@ class Trainer:
             logger.info("resumed %s at step %d", rundir.path, latest)
         peft.eval()
         self._reference = HalfPrecisionReference(self.base_path, self.device)
+        self._trained: tuple[int, list[list[int]]] | None = None  # (step, its trained sequences' ids)
 
     # the policy's parts, under the names callers use
     @property
@@ -227,8 +234,13 @@ class Trainer:
         t0 = time.perf_counter()
         self.checkpoints.begin(step, kind, config.model_dump(), groups, step_id)
         self.policy.set_hyperparameters(config)
+        trained: list[Sequence] = []
+        off = None
+        if isinstance(config, TrainConfig) and (config.mode == "async" or config.max_steps_off_policy is not None):
+            groups, off = drop_stale(groups, self.step, max_age(config))  # after the journal: it keeps them all
         try:
-            metrics = STEPS[kind][1](self.policy, groups, config, progress)
+            metrics = STEPS[kind][1](self.policy, groups, config, progress, trained)
+            metrics |= off.metrics() if off is not None else {}
         except Exception as exc:  # a crash (kill) keeps the journal for a retry; a raised error does not
             kept = self.checkpoints.abort(step, exc)
             self._restore(self.step)
@@ -241,6 +253,8 @@ class Trainer:
         record = {"step": step, "kind": kind, "time": time.time(), **({"step_id": step_id} if step_id else {}), **metrics}
         self._save(step, step_id, record)
         self.step = step
+        self._trained = (step, [q.token_ids for q in sorted(trained, key=lambda q: -q.trained_tokens)
+                                if q.trained_tokens])
         self.checkpoints.finish()
         progress({"phase": "save", "done": 1, "total": 1})
         metrics["time/save_s"] = record["time/save_s"] = time.perf_counter() - t_save
@@ -262,39 +276,36 @@ class Trainer:
 
     # ----- the weight-sync probe -----
 
-    def probe_sequences(self, step: int, budget: int) -> list[list[int]]:
-        """Token ids of the sequences checkpoint `step` was trained on (most trained tokens first), up to
-        `budget` tokens in all (`BackendConfig.sync_probe_tokens`): where the step moved the policy, so
-        the weight-sync check can see it. Every assistant turn counts, sampled or not (SFT steps train both)."""
-        from .tokenize import TokenizeStats, tokenize_trajectory
-
-        if budget <= 0 or not self.rundir.trajectories_path("train", step).exists():
-            return []
-        seqs = [seq for group in self.rundir.read_trajectories("train", step) for traj in group.trajectories
-                for seq in tokenize_trajectory(traj, self.tokenizer, self.chat_template, stats=TokenizeStats(),
-                                              train_unsampled=True)
-                if seq.trained_tokens]
-        out, used = [], 0
-        for seq in sorted(seqs, key=lambda q: -q.trained_tokens):
-            ids = seq.token_ids[: budget - used]
-            if len(ids) >= 2:
-                out.append(ids)
-                used += len(ids)
-            if used >= budget:
-                break
-        return out
+    def trained_ids(self, step: int) -> list[list[int]]:
+        """Token ids of the sequences step `step` trained on, as the step tokenized them, most trained
+        tokens first: where the step moved the policy, so the weight-sync check can see it. [] for a
+        step this process did not train (one trained before a restart)."""
+        return self._trained[1] if self._trained is not None and self._trained[0] == step else []
 
     def adapter_fingerprint(self, step: int | None = None) -> str:
         """`weight_sync.lora_fingerprint` of the adapter just trained (in memory), or of checkpoint `step`."""
         from peft import get_peft_model_state_dict
 
-        from ..engines.adapters import load_lora, lora_pairs
+        from ..lora import load_lora, lora_pairs
         from ..weight_sync import lora_fingerprint
 
         if step is None or step == self.step:
             config = self.policy.peft.peft_config["default"].to_dict()
             return lora_fingerprint(lora_pairs(get_peft_model_state_dict(self.policy.peft), config))
         return lora_fingerprint(load_lora(self.checkpoints.existing(step)))
+
+    def adapter_pairs(self, step: int) -> dict[str, Any] | None:
+        """A copy of the adapter just trained as ``{module: LoraPair}`` if `step` is the one in memory, else
+        None: handed to an in-process engine without writing and reading it back (the checkpoint is saved too)."""
+        from peft import get_peft_model_state_dict
+
+        from ..lora import LoraPair, lora_pairs
+
+        if step != self.step:
+            return None
+        config = self.policy.peft.peft_config["default"].to_dict()
+        pairs = lora_pairs(get_peft_model_state_dict(self.policy.peft), config)
+        return {k: LoraPair(p.b.clone(), p.a.clone(), p.scale) for k, p in pairs.items()}  # not the live weights
 
     def sequence_logprobs(self, token_ids: list[int], step: int | None = None, dtype: str | None = None) -> list[float]:
         """Logprob of each token at positions 1..n-1 given the ones before it, under checkpoint `step`'s adapter."""

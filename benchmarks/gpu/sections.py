@@ -328,7 +328,7 @@ def engine_decode(ctx: Ctx, record: Record, shape: str = "qwen2.5-0.5b") -> None
     import torch
 
     from art_train.engines.base import ChatRequest, SamplingParams
-    from art_train.engines.transformers_engine import TransformersEngine
+    from art_train.engines.transformers import TransformersEngine
 
     shape = ctx.shape(shape)
     folder = model_folder(shape, ctx.scratch)
@@ -454,7 +454,7 @@ def weight_sync(ctx: Ctx, record: Record, shape: str = "qwen2.5-0.5b") -> None:
                 await model.register(backend)
                 service = backend.service
                 entry = service.entry("sync")
-                record(engine_dtype=entry.engine.dtype, tolerance=service._tolerance(entry),
+                record(engine_dtype=entry.engine.dtype, tolerance=entry.swap.tolerance,
                        reference_dtype=entry.engine.sync_reference_dtype)
                 try:
                     ok = await model.train(await rollouts(model, 1, 4, tokens, 1), config=lr, verbose=False)
@@ -470,9 +470,8 @@ def weight_sync(ctx: Ctx, record: Record, shape: str = "qwen2.5-0.5b") -> None:
                                                        verbose=False)
                     except WeightSyncError as exc:
                         record(**{label: {"caught": True, "message": str(exc)[:600]}})
-                        entry.step = step - 1
-                        passed = await backend._call(service._load_and_verify(entry, step))
-                        entry.step = step
+                        passed = await backend._call(entry.swap.load_and_verify(step))
+                        entry.swap.step = step
                         record(**{f"{label}_then_correct_load": {k: v for k, v in passed.items()
                                                                  if k.startswith("weight_sync/")}})
                     else:
@@ -487,18 +486,31 @@ def weight_sync(ctx: Ctx, record: Record, shape: str = "qwen2.5-0.5b") -> None:
 
 @contextlib.contextmanager
 def stale_load(backend: Any, name: str, step: int, source: int) -> Iterator[None]:
-    """While inside, the engine loads ``name@step`` from checkpoint `source`'s folder (a stale adapter)."""
+    """While inside, the engine loads ``name@step`` from checkpoint `source`'s folder (a stale adapter),
+    whether it is handed the folder or (the in-process engine) the trainer's tensors in memory."""
+    from art_train.lora import load_lora
+
     entry = backend.service.entry(name)
     engine, original = entry.engine, entry.engine.load_adapter
+    original_pairs = getattr(engine, "load_adapter_pairs", None)
 
     async def stale(adapter: str, path: Path) -> None:
         await original(adapter, entry.rundir.checkpoint_path(source) if adapter == f"{name}@{step}" else path)
 
+    async def stale_pairs(adapter: str, pairs: dict) -> None:
+        if adapter == f"{name}@{step}":
+            pairs = load_lora(entry.rundir.checkpoint_path(source))
+        await original_pairs(adapter, pairs)
+
     engine.load_adapter = stale
+    if original_pairs is not None:
+        engine.load_adapter_pairs = stale_pairs
     try:
         yield
     finally:
         del engine.load_adapter
+        if "load_adapter_pairs" in vars(engine):
+            del engine.load_adapter_pairs
 
 
 @contextlib.contextmanager

@@ -22,6 +22,7 @@ def test_art_core_public_surface_is_pinned():
         "gather_trajectories", "gather_trajectory_groups", "group_metrics", "iterate_dataset", "message_sample",
         "node", "record_completion", "record_tool_result", "retry", "sample_from_choice",
         "Comparison", "EvalResult", "PeriodicEval", "compare", "evaluate",  # held-out evaluation
+        "PipelineTrainer",  # rollouts overlapping training (art_core.pipeline)
         "trajectory_group_batches",  # OpenPipe ART's pipelined loop
         "SFTBatch", "SFTDataError", "iterate_sft", "learning_rate_at", "load_sft_jsonl", "mask_turns",
         "validate_sft_record", "write_sft_jsonl",  # SFT data files (art_core.sft_data)

@@ -84,6 +84,29 @@ def test_art_train_composes_plugins_only_in_the_art_cli():
     assert not bad, f"only art_train.cli (the `art` command) may import a plugin: {bad}"
 
 
+def _trainer_imports_of_engines(imports: dict[str, list[tuple[str, int]]]) -> list[tuple[str, str, int]]:
+    return sorted((m, name, line) for m, names in imports.items() if m.startswith("art_train.trainer")
+                  for name, line in names if name.startswith(("art_train.engines", "art_train.service",
+                                                               "art_train.swap", "art_train.server")))
+
+
+def test_the_trainer_imports_no_engine_and_no_service_code():
+    # the trainer is below the swap: what it shares with the engines (the LoRA format) lives in art_train.lora
+    bad = _trainer_imports_of_engines(_imports("art_train"))
+    assert not bad, f"art_train/trainer/ imports engine or service code (module, import, line): {bad}"
+
+
+def test_the_trainer_layering_check_catches_an_engine_import(tmp_path, monkeypatch):
+    pkg = tmp_path / "art_train" / "trainer"
+    pkg.mkdir(parents=True)
+    (tmp_path / "art_train" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "probe.py").write_text("def f():\n    from ..engines.adapters import load_lora\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert _trainer_imports_of_engines(_imports("art_train")) == [
+        ("art_train.trainer.probe", "art_train.engines.adapters", 2)]
+
+
 @pytest.mark.parametrize("package", PACKAGES)
 def test_no_import_cycle_between_modules_of_a_package(package):
     imports = _imports(package)

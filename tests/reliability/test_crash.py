@@ -174,3 +174,26 @@ async def test_kill_during_adapter_load_and_verify(harness: Harness) -> None:
     nxt = await harness.model.train(groups(2, 4, 20, seed=6), config=LR, verbose=False)
     assert nxt.step == step + 1 and len(harness.trained_rows(step + 1)) == 1
     await harness.backend.close()
+
+
+async def test_kill_mid_async_step(harness: Harness) -> None:
+    # async mode: inference is served while the step trains; a kill then loses nothing and trains nothing twice
+    await harness.connect()
+    step = await harness.model.get_step() + 1
+    batch = groups(4, 8, 100, seed=7)
+    pending = harness.rundir / "train_pending.json"
+    config = art.TrainConfig(learning_rate=1e-3, mode="async")
+    call = asyncio.ensure_future(harness.model.train(batch, config=config, verbose=False))
+    await harness.wait_for(pending.exists)
+    served_during_step = await asyncio.to_thread(harness.served_step)  # not held: answered while it trains
+    assert served_during_step == step - 1
+    assert not (harness.rundir / "checkpoints" / f"{step:04d}").exists(), "the step ended before the kill"
+    await asyncio.to_thread(harness.kill_and_restart)
+    assert harness.saved_ids(step) == ids(batch)  # journalled before training: nothing lost
+    result = await call  # RemoteBackend retried with the same step id
+    assert result.step == step
+    rows = harness.trained_rows(step)
+    assert len(rows) == 1 and "off_policy/dropped" in rows[0]  # trained once, from the journal, in async mode
+    assert not pending.exists()
+    assert await harness.model.get_step() == step == harness.served_step() == harness.newest_checkpoint()
+    await harness.backend.close()

@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @contextlib.contextmanager
 def engine_loads(backend: LocalBackend, name: str, step: int, source: int) -> Iterator[None]:
-    """While inside, the engine loads ``name@step`` from checkpoint `source`'s folder (a stale adapter)."""
+    """While inside, the engine loads ``name@step`` from checkpoint `source`'s folder (a stale adapter),
+    whether it is handed the folder or (the in-process engine) the trainer's tensors in memory."""
     entry = backend.service.entry(name)
     engine, original = entry.engine, entry.engine.load_adapter
 
@@ -37,10 +38,23 @@ def engine_loads(backend: LocalBackend, name: str, step: int, source: int) -> It
         await original(adapter, path)
 
     engine.load_adapter = stale
+    if hasattr(engine, "load_adapter_pairs"):
+        from art_train.lora import load_lora
+
+        original_pairs = engine.load_adapter_pairs
+
+        async def stale_pairs(adapter: str, pairs: dict) -> None:
+            if adapter == f"{name}@{step}":
+                pairs = load_lora(entry.rundir.checkpoint_path(source))
+            await original_pairs(adapter, pairs)
+
+        engine.load_adapter_pairs = stale_pairs
     try:
         yield
     finally:
-        del engine.load_adapter  # the instance attribute goes; the class's method is back
+        del engine.load_adapter  # the instance attributes go; the class's methods are back
+        if "load_adapter_pairs" in vars(engine):
+            del engine.load_adapter_pairs
 
 
 @contextlib.contextmanager
@@ -93,9 +107,9 @@ async def _stale_steps_fail(backend: LocalBackend, model: art.TrainableModel, *,
         assert await model.get_step() == step - 1  # the previous step stays served
         seen[f"stale_{source}"] = message
         # the trainer saved checkpoint `step`; the engine serves step - 1 until a load passes
-        backend.service.entry(name).step = step - 1
-        await backend._call(backend.service._load_and_verify(backend.service.entry(name), step))  # correct load passes
-        backend.service.entry(name).step = step
+        swap = backend.service.entry(name).swap
+        await backend._call(swap.load_and_verify(step))  # correct load passes
+        swap.step = step
     return seen
 
 

@@ -124,14 +124,14 @@ async def test_engine_dtype_serves_a_float32_trainer(dtype: str, tiny_model_path
         r = await client.chat.completions.create(model=model.served_name(), messages=PROMPT, max_tokens=4)
         assert r.model_extra["art_step"] == 1 and len(r.choices[0].model_extra["token_ids"]) == 4
         # a checkpoint whose adapter is not what the trainer holds fails the check at either precision
-        service, entry = backend.service, backend.service.entry("bf16")
+        entry = backend.service.entry("bf16")
         wrong = entry.rundir.path / "wrong"  # adapters load only from inside the run directory
         shutil.copytree(entry.rundir.checkpoint_path(1), wrong)
         tensors = load_file(str(wrong / "adapter_model.safetensors"))
         tensors = {k: (torch.randn_like(v) * 0.05 if "lora_B" in k else v) for k, v in tensors.items()}
         save_file(tensors, str(wrong / "adapter_model.safetensors"))
         with pytest.raises(WeightSyncError):
-            await service._load_and_verify(entry, 1, path=wrong)
+            await entry.swap.load_and_verify(1, path=wrong)
     finally:
         await backend.close()
 

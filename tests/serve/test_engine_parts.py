@@ -7,18 +7,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from art_train.engines.adapters import BaseWeights, load_lora
 from art_train.engines.base import SamplingParams
 from art_train.engines.kv import SPARE, GrowingLayer, drop_leading, grow_in_place, select_rows
-from art_train.engines.transformers_engine import _choose, _Seq
+from art_train.engines.transformers.scheduler import Seq, choose
+from art_train.lora import BaseWeights, load_lora
 
 
-def _seqs(n: int, temperature: float = 1.0, top_p: float = 1.0, seed: int | None = None) -> list[_Seq]:
+def _seqs(n: int, temperature: float = 1.0, top_p: float = 1.0, seed: int | None = None) -> list[Seq]:
     params = SamplingParams(temperature=temperature, top_p=top_p)
     out = []
     for i in range(n):
         gen = torch.Generator().manual_seed(seed + i) if seed is not None else None
-        out.append(_Seq(prompt=[1], params=params, adapter=None, emit=lambda s, f: None, generator=gen))
+        out.append(Seq(prompt=[1], params=params, adapter=None, emit=lambda s, f: None, generator=gen))
     return out
 
 
@@ -28,7 +28,7 @@ def test_sampler_draws_from_the_distribution() -> None:
     rows = 40_000
     logits = probs.clamp(min=1e-30).log().expand(rows, -1).contiguous()
     logits[:, probs == 0] = float("-inf")
-    chosen = _choose(logits, _seqs(rows))
+    chosen = choose(logits, _seqs(rows))
     freq = torch.bincount(chosen, minlength=6).double() / rows
     assert freq[1] == 0 and freq[5] == 0  # a token of probability 0 is never drawn
     assert torch.allclose(freq, probs.double(), atol=0.01), freq
@@ -36,15 +36,15 @@ def test_sampler_draws_from_the_distribution() -> None:
 
 def test_sampler_temperature_top_p_greedy_and_seeds() -> None:
     logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]]).expand(20_000, -1).contiguous()
-    cold = torch.bincount(_choose(logits, _seqs(20_000, temperature=0.5)), minlength=4).double() / 20_000
-    warm = torch.bincount(_choose(logits, _seqs(20_000, temperature=1.0)), minlength=4).double() / 20_000
+    cold = torch.bincount(choose(logits, _seqs(20_000, temperature=0.5)), minlength=4).double() / 20_000
+    warm = torch.bincount(choose(logits, _seqs(20_000, temperature=1.0)), minlength=4).double() / 20_000
     assert cold[0] > warm[0] + 0.1  # a lower temperature sharpens the distribution
     assert torch.allclose(cold, torch.softmax(logits[0] / 0.5, -1).double(), atol=0.015)
-    nucleus = _choose(logits, _seqs(20_000, top_p=0.7))
+    nucleus = choose(logits, _seqs(20_000, top_p=0.7))
     assert set(nucleus.tolist()) == {0, 1}  # p = 0.64, 0.24, ...: the top two cover 0.7
-    assert _choose(logits[:5], _seqs(5, temperature=0.0)).tolist() == [0] * 5
-    first = _choose(logits[:8], _seqs(8, seed=3)).tolist()
-    assert first == _choose(logits[:8], _seqs(8, seed=3)).tolist()
+    assert choose(logits[:5], _seqs(5, temperature=0.0)).tolist() == [0] * 5
+    first = choose(logits[:8], _seqs(8, seed=3)).tolist()
+    assert first == choose(logits[:8], _seqs(8, seed=3)).tolist()
 
 
 def test_growing_cache_matches_the_dynamic_cache(tiny_model_path: Path) -> None:
@@ -114,7 +114,7 @@ def test_float32_cache_attention_is_registered_only_when_used() -> None:
         "from types import SimpleNamespace\n"
         "from transformers import AttentionInterface\n"
         "from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS as MASKS\n"
-        "import art_train.engines.attention as a, art_train.engines.transformers_engine\n"
+        "import art_train.engines.attention as a, art_train.engines.transformers\n"
         "assert a.NAME not in AttentionInterface._global_mapping and a.NAME not in MASKS._global_mapping\n"
         "m = SimpleNamespace(config=SimpleNamespace(_attn_implementation='sdpa'))\n"
         "a.use_float32_cache_attention(m)\n"

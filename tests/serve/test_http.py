@@ -135,7 +135,7 @@ async def test_wrong_adapter_fails_the_weight_sync_check(served, tmp_path: Path)
     save_file(tensors, wrong / "adapter_model.safetensors")
 
     async def check(path: Path | None):
-        return await service._load_and_verify(entry, 0, path)
+        return await entry.swap.load_and_verify(0, path)
 
     with pytest.raises(WeightSyncError, match="weight-sync check failed for http@0"):
         await backend._call(check(wrong))
@@ -156,7 +156,7 @@ def test_hermes_parser() -> None:
 async def test_one_token_replies_leave_no_empty_batch(served, caplog: pytest.LogCaptureFixture) -> None:
     backend, model = served
     client = openai.AsyncOpenAI(base_url=f"{backend.url}/v1", api_key="x")
-    with caplog.at_level("ERROR", logger="art_train.engines.transformers_engine"):
+    with caplog.at_level("ERROR", logger="art_train.engines.transformers.scheduler"):
         for _ in range(3):  # every row finishes at prefill; the worker must not decode the empty batch
             r = await client.chat.completions.create(model=model.served_name(), messages=PROMPT, max_tokens=1)
             assert len(r.choices[0].model_extra["token_ids"]) == 1

@@ -9,7 +9,7 @@ import torch
 
 from art_train.engines.base import ChatRequest, SamplingParams
 from art_train.engines.prefix import MIN_REUSE, PrefixCache
-from art_train.engines.transformers_engine import TransformersEngine
+from art_train.engines.transformers import TransformersEngine
 
 
 def _kv(n: int, fill: float = 0.0) -> list[torch.Tensor]:

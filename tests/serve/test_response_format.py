@@ -20,7 +20,7 @@ import art_core as art
 from art_train import LocalBackend
 from art_train.engines.base import ChatRequest, EngineError, SamplingParams
 from art_train.engines.grammar import Grammars, mask_logits, schema_for
-from art_train.engines.transformers_engine import TransformersEngine
+from art_train.engines.transformers import TransformersEngine
 from art_train.engines.vllm_engine import VLLMEngine
 
 pytest.importorskip("xgrammar")

@@ -116,23 +116,27 @@ def test_the_service_and_http_app_run_without_torch() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120, cwd=Path(__file__).resolve().parents[2])
 
 
-async def test_drift_warning_follows_the_engines_precision(caplog: pytest.LogCaptureFixture) -> None:
+def test_drift_warning_follows_the_engines_precision(caplog: pytest.LogCaptureFixture) -> None:
+    from art_train.swap import drift_limit, sync_tolerance, warn_drift
+
     engine = FunctionEngine(lambda messages: "ok")
-    service = _service(engine)
-    entry = await service.register(art.Model(name="m", base_model="fake"))
+    config = art.ModelConfig()
+
+    def limit() -> float:
+        return drift_limit(engine, sync_tolerance(engine, config, "cpu", None))
+
     drift = {"sampler_drift/mean_abs": 0.15, "sampler_drift/max_abs": 0.9, "sampler_drift/tokens": 40}
-    assert service.drift_warning(entry) == 0.1  # float32 on CPU: exact weight sync, the plain threshold
-    with caplog.at_level("WARNING", logger="art_train.service"):
-        service._warn_drift(entry, drift)
+    assert limit() == 0.1  # float32 on CPU: exact weight sync, the plain threshold
+    with caplog.at_level("WARNING", logger="art_train.swap"):
+        warn_drift("m", drift, limit())
     assert "differ from the trainer's by 0.150" in caplog.text and "warning above 0.1 " in caplog.text
     caplog.clear()
     engine.sync_reference_dtype = "bfloat16"  # the embedded engine sampling in bfloat16 against a float32 trainer
-    assert service.drift_warning(entry) == 0.2
+    assert limit() == 0.2
     engine.sync_reference_dtype = None
     engine.sync_tolerance = 0.5  # vLLM on CPU: its precision's noise is far above 0.1
-    assert service.drift_warning(entry) == 1.0
-    with caplog.at_level("WARNING", logger="art_train.service"):
-        service._warn_drift(entry, drift)
-        service._warn_drift(entry, {})  # an SFT step has no drift metrics
+    assert limit() == 1.0
+    with caplog.at_level("WARNING", logger="art_train.swap"):
+        warn_drift("m", drift, limit())
+        warn_drift("m", {}, limit())  # an SFT step has no drift metrics
     assert caplog.text == ""
-    await service.close()

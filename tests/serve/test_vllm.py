@@ -72,7 +72,7 @@ async def test_vllm_engine_serves_trains_swaps_and_restarts(tmp_path: Path) -> N
         assert r.model_extra["art_step"] == 1
 
         # a deliberately wrong adapter must fail the weight-sync check on vLLM too
-        service, entry = backend.service, backend.service.entry("vl")
+        entry = backend.service.entry("vl")
         wrong = entry.rundir.path / "wrong-adapter"  # adapters load only from inside the run directory
         shutil.copytree(entry.rundir.checkpoint_path(1), wrong)
         torch.manual_seed(0)
@@ -80,8 +80,8 @@ async def test_vllm_engine_serves_trains_swaps_and_restarts(tmp_path: Path) -> N
                    for k, v in load_file(wrong / "adapter_model.safetensors").items()}
         save_file(tensors, wrong / "adapter_model.safetensors")
         with pytest.raises(WeightSyncError, match="weight-sync check failed for vl@1"):
-            await backend._call(service._load_and_verify(entry, 1, wrong))
-        ok = await backend._call(service._load_and_verify(entry, 1))  # the true checkpoint passes again
+            await backend._call(entry.swap.load_and_verify(1, wrong))
+        ok = await backend._call(entry.swap.load_and_verify(1))  # the true checkpoint passes again
         assert ok["weight_sync/max_abs_diff"] < 0.5 and ok["weight_sync/mean_abs_diff"] < 0.1
 
         os.killpg(engine.pid, 9)  # the next request (or the watchdog) restarts it and reloads the adapters

@@ -282,8 +282,8 @@ def test_a_step_that_raises_is_rolled_back_and_not_retrained(tiny_model_path, tm
     before = {k: v.clone() for k, v in t.peft.state_dict().items() if "lora" in k}
     real = trainer_module.STEPS["grpo"]
 
-    def moves_then_raises(policy, groups, config, progress):  # noqa: ANN001, ANN202
-        real[1](policy, groups, config, progress)  # the weights and optimizer really move
+    def moves_then_raises(policy, groups, config, progress, trained):  # noqa: ANN001, ANN202
+        real[1](policy, groups, config, progress, trained)  # the weights and optimizer really move
         raise RuntimeError("out of memory (simulated)")
 
     monkeypatch.setitem(trainer_module.STEPS, "grpo", (real[0], moves_then_raises))
