@@ -1,8 +1,14 @@
-"""LoRA adapters in PEFT format, merged straight into a model's weights.
+"""LoRA adapters in PEFT format, merged into a model's weights or applied beside them.
 
 On CPU a merged weight costs nothing per token, while an unmerged LoRA adds two small matmuls to
 every projection of every token (vLLM's CPU LoRA kernels lose ~4x this way). So the engine keeps
 the base weights aside and writes ``W = W0 + scale * B @ A`` for the adapter it serves.
+
+Merged into half-precision weights, a small step rounds away: at lr 1e-5 the change to a bfloat16
+weight is below half its last bit, so the engine would go on serving the previous weights (seen on
+an H200: the weight-sync check refused every correct load). Where `merges_half` says no (CUDA, where
+two small matmuls cost little), a half-precision model keeps its base weights and adds the LoRA term
+in float32 beside each projection, rounding the sum once, as peft computes it in the trainer.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 
-__all__ = ["BaseWeights", "LoraPair", "load_lora", "lora_pairs", "probe_logprobs_batch"]
+__all__ = ["BaseWeights", "LoraPair", "load_lora", "lora_pairs", "merges_half", "probe_logprobs_batch"]
 
 
 @dataclass(frozen=True)
@@ -89,11 +95,30 @@ def probe_logprobs_batch(model: Any, sequences: list[list[int]], max_tokens: int
     return out
 
 
-class BaseWeights:
-    """The original weights of the modules an adapter touches, so any adapter can be merged afresh."""
+def merges_half(device: Any) -> bool:
+    """Whether a half-precision model on `device` merges adapters into its weights (CPU: speed) or
+    applies them unmerged (CUDA: the step is served exactly). Engine and trainer reference ask the same."""
+    return not str(device).startswith("cuda")
 
-    def __init__(self, model: Any) -> None:
+
+def _unmerged(module: Any, args: tuple, output: torch.Tensor) -> torch.Tensor:
+    """Forward hook: ``y + scale * B(A x)`` with the LoRA term in float32, rounded once (peft's order)."""
+    pair = getattr(module, "art_lora", None)
+    if pair is None:
+        return output
+    delta = (args[0].float() @ pair.a.T) @ pair.b.T  # [..., out]
+    return (output.float() + pair.scale * delta).to(output.dtype)
+
+
+class BaseWeights:
+    """The original weights of the modules an adapter touches, so any adapter can be merged afresh.
+
+    `merge_half`: False applies an adapter unmerged to half-precision weights (see `merges_half`).
+    """
+
+    def __init__(self, model: Any, merge_half: bool = True) -> None:
         self.model = model
+        self.merge_half = merge_half
         self.saved: dict[str, torch.Tensor] = {}
         self.modules = dict(model.named_modules())
 
@@ -117,11 +142,19 @@ class BaseWeights:
                 weight = target_modules[name].weight
                 base = self.saved[name]
                 pair = lora.get(name) if lora else None
+                module = target_modules[name]
+                if getattr(module, "art_lora", None) is not None:
+                    module.art_lora = None
                 if pair is None:
                     weight.copy_(base)
                     continue
                 b, a = pair.b.to(base.device), pair.a.to(base.device)
-                if weight.dtype == torch.float32 and base.dtype == torch.float32:
+                if weight.dtype != torch.float32 and not self.merge_half:
+                    weight.copy_(base)
+                    module.art_lora = LoraPair(b.float(), a.float(), pair.scale)
+                    if not hasattr(module, "art_lora_hook"):
+                        module.art_lora_hook = module.register_forward_hook(_unmerged)
+                elif weight.dtype == torch.float32 and base.dtype == torch.float32:
                     torch.addmm(base, b, a, alpha=pair.scale, out=weight)
                 else:  # half precision: add in float32, round once
                     weight.copy_(torch.addmm(base.float(), b, a, alpha=pair.scale))

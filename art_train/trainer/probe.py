@@ -63,7 +63,7 @@ class HalfPrecisionReference:
         merged at `dtype` once for all the sequences."""
         from peft import get_peft_model_state_dict
 
-        from ..lora import BaseWeights, load_lora, lora_pairs, probe_logprobs_batch
+        from ..lora import BaseWeights, load_lora, lora_pairs, merges_half, probe_logprobs_batch
         from ..models import load_causal_lm
 
         if all(len(ids) < 2 for ids in sequences):
@@ -71,7 +71,7 @@ class HalfPrecisionReference:
         if self._loaded is None or self._loaded[0] != dtype:
             model = load_causal_lm(self.base_path, dtype=dtype, device=self.device)
             model.requires_grad_(False)
-            self._loaded = (dtype, BaseWeights(model))
+            self._loaded = (dtype, BaseWeights(model, merge_half=merges_half(self.device)))
         base = self._loaded[1]
         if checkpoint is None:
             config = peft.peft_config["default"].to_dict()

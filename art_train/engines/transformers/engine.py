@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from ...lora import BaseWeights, LoraPair, load_lora, probe_logprobs_batch
+from ...lora import BaseWeights, LoraPair, load_lora, merges_half, probe_logprobs_batch
 from ...models import (
     chat_template_for,
     load_causal_lm,
@@ -110,7 +110,7 @@ class TransformersEngine:
                 and self.model.config._attn_implementation == "sdpa"):
             use_float32_cache_attention(self.model)
             self.cache_dtype = torch.float32
-        self.base = BaseWeights(self.model)
+        self.base = BaseWeights(self.model, merge_half=merges_half(self.torch_device))
         self._models[None] = self.model
         ids = {self.tokenizer.eos_token_id, self.tokenizer.convert_tokens_to_ids("<|im_end|>")}
         gen_eos = getattr(self.model.generation_config, "eos_token_id", None)
