@@ -1,5 +1,7 @@
 """`art autorl`: a zero-data run on an MCP server.
 
+Without ``--judge`` the run is verified (`verified_run.py`: tasks sampled from the tool schemas,
+rewards checked against gold runs). With ``--judge``, this module's RULER run:
 Generate tasks from the server's tool schemas -> split train / validation -> roll out the agent on
 the validation tasks (before) -> for each step: rollouts on a batch of training tasks, score each
 group with RULER, train -> roll out on the validation tasks again (after) -> score each validation
