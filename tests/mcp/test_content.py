@@ -82,3 +82,21 @@ async def test_progress_extends_the_timeout() -> None:
 ])
 def test_schema_conversion(schema: dict, expected: dict) -> None:
     assert art_mcp.openai_parameters(schema) == expected
+
+
+@pytest.mark.parametrize("images", [False, True])
+async def test_the_agent_shows_images_to_a_model_that_takes_them(images: bool) -> None:
+    from tests.support.scripted_openai import ScriptedOpenAI
+
+    script = [{"tool_calls": [{"name": "media", "arguments": {}}]},
+              {"tool_calls": [{"name": "complete_task", "arguments": {"answer": "seen"}}]}]
+    with ScriptedOpenAI(script) as llm:
+        model = art.Model(name="agent", inference_base_url=llm.url, inference_api_key="x")
+        async with art_mcp.connect(CONTENT) as session:
+            traj = await art_mcp.rollout(model, session, "Look at the media.", images=images)
+        second = llm.requests[1]["messages"]
+    assert [m["role"] for m in second][-2:] == (["tool", "user"] if images else ["assistant", "tool"])
+    if images:
+        assert second[-1]["content"][1] == {"type": "image_url",
+                                            "image_url": {"url": f"data:image/png;base64,{PNG}"}}
+    assert traj.metadata["mcp_calls"][0]["images"]  # kept in the trajectory either way
