@@ -16,7 +16,7 @@ import art_core as art
 from art_train import LocalBackend
 from art_train.service import WeightSyncError
 
-from .test_weight_sync import LR, groups_for, engine_loads
+from .test_weight_sync import LR, engine_loads, groups_for
 
 
 async def _first_step(tmp_path: Path, tiny_model_path: Path) -> tuple[LocalBackend, art.TrainableModel, object]:
