@@ -60,7 +60,7 @@ from .autorl import (
 from .pool import ServerPool
 from .preflight import check_llm
 from .servers import BUNDLED
-from .session import ROLLOUT_DIR, ServerSpec, connect, resolve_server
+from .session import ServerSpec, connect, uses_rollout_dir
 from .verified_run import SELF, SFT_EPOCHS, server_spec
 
 console = Console(stderr=True)
@@ -243,18 +243,9 @@ async def _tasks(args: argparse.Namespace, spec: ServerSpec, base: TrainableMode
         return await _generate(args, spec, generator, params, workdir)
 
 
-def _uses_rollout_dir(spec: ServerSpec) -> bool:
-    """Whether a stdio server's command line, env or cwd names ``{rollout_dir}``."""
-    target = resolve_server(spec)
-    if isinstance(target, str):
-        return False
-    texts = [target.command, *target.args, *(target.env or {}).values(), str(target.cwd or "")]
-    return any(ROLLOUT_DIR in t for t in texts)
-
-
 async def _generate(args: argparse.Namespace, spec: ServerSpec, generator: str, params: dict[str, Any],
                     workdir: str) -> list[Task]:
-    async with connect(spec, workdir=workdir if _uses_rollout_dir(spec) else None) as session:
+    async with connect(spec, workdir=workdir if uses_rollout_dir(spec) else None) as session:
         console.print(f"  {session.label}: tools {', '.join(session.tool_names())}")
         try:
             return await generate_tasks(
@@ -467,7 +458,10 @@ def autorl_main(
         logger.debug("autorl failed", exc_info=True)
         console.print(f"[red]art autorl failed: {type(exc).__name__}: {exc}[/red]")
         return 1
-    if not report["history"]:
+    if not report["history"] and report.get("mode") == "verified" and not report.get("sft"):
+        console.print("[red]art autorl trained nothing: no SFT epoch and no RL step ran (see --sft-epochs, --steps)[/red]")
+        return 1
+    if not report["history"] and report.get("mode") != "verified":
         judge = report["judge"]
         console.print(f"[red]art autorl trained nothing: in {args.steps} step(s) the judge ({judge['model']}) scored "
                       f"{judge['groups_scored']} group(s) and dropped {judge['groups_dropped']} (the log says why); "

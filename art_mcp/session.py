@@ -508,20 +508,33 @@ async def connect(
     bounds each tool call (a call that runs past it becomes an error tool message);
     `startup_timeout` bounds spawning and the MCP handshake; `max_output_chars` cuts longer tool
     results (None: never); `workdir` runs a stdio server there, ``{rollout_dir}`` in its command
-    line, env and cwd replaced by it (see `with_rollout_dir`; the directory is the caller's).
+    line, env and cwd replaced by it (see `with_rollout_dir`; the directory is the caller's). A server
+    that names ``{rollout_dir}`` and gets no `workdir` runs in a fresh temporary directory, removed after.
 
     Example:
         async with art_mcp.connect(["python", "-m", "art_mcp.servers.notes"]) as session:
             print(session.openai_tools())
     """
-    connection = Connection(
-        server, timeout=timeout, startup_timeout=startup_timeout, max_output_chars=max_output_chars, workdir=workdir
-    )
-    session = await connection.open()
-    try:
-        yield session
-    finally:
-        await connection.close()
+    with contextlib.ExitStack() as stack:
+        if workdir is None and uses_rollout_dir(server):
+            workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="art-mcp-"))
+        connection = Connection(
+            server, timeout=timeout, startup_timeout=startup_timeout, max_output_chars=max_output_chars, workdir=workdir
+        )
+        session = await connection.open()
+        try:
+            yield session
+        finally:
+            await connection.close()
+
+
+def uses_rollout_dir(spec: ServerSpec) -> bool:
+    """Whether a stdio server's command line, env or cwd names ``{rollout_dir}``."""
+    target = resolve_server(spec)
+    if isinstance(target, str):
+        return False
+    texts = [target.command, *target.args, *(target.env or {}).values(), str(target.cwd or "")]
+    return any(ROLLOUT_DIR in t for t in texts)
 
 
 __all__ = [

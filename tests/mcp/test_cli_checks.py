@@ -83,3 +83,17 @@ def test_a_run_that_trained_nothing_exits_non_zero(tmp_path, capsys) -> None:
     assert rc == 1
     err = " ".join(capsys.readouterr().err.split())
     assert "trained nothing" in err and "the judge" in err, err
+
+
+async def test_rollout_dir_works_for_any_connection_and_verified_gold_runs() -> None:
+    # the default (verified) run's gold walks connect with no workdir of their own
+    import random
+
+    from art_mcp import connect
+    from art_mcp.verified import gold_walk
+
+    spec = server_spec(f"{sys.executable} {FILE_SERVER} --db {{rollout_dir}}/rows.sqlite")
+    async with connect(spec) as session:  # a fresh temporary directory stands in for {rollout_dir}
+        assert "add_row" in session.tool_names()
+    steps, tools = await gold_walk(spec, random.Random(0), 3)
+    assert len(steps) == 3 and any(t.name == "add_row" for t in tools)
