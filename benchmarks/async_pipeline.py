@@ -136,12 +136,24 @@ def main() -> None:
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--eval-size", type=int, default=32)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--smoke", action="store_true", help="the tiny model, 1 step of 2 x 2, one seed (seconds)")
+    parser.add_argument("--out", default=None, help="where the JSON goes (default: results/, or a temp file with --smoke)")
     args = parser.parse_args()
+    if args.smoke:
+        from _smoke import tiny_model
+
+        args.model, args.steps, args.groups, args.group_size, args.eval_size, args.seeds = tiny_model(), 1, 2, 2, 2, [0]
     out = asyncio.run(main_async(args))
     out["command"] = ("python benchmarks/async_pipeline.py " + f"--model {args.model} --steps {args.steps} --groups "
                       f"{args.groups} --group-size {args.group_size} --eval-size {args.eval_size} --seeds "
                       + " ".join(map(str, args.seeds)))
-    RESULTS.write_text(json.dumps(out, indent=2) + "\n")
+    if args.smoke or args.out:
+        from _smoke import smoke_out
+
+        path = smoke_out(args.out, "async_pipeline.json")
+    else:
+        path = RESULTS
+    path.write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps(out["summary"], indent=2))  # noqa: T201
 
 

@@ -80,11 +80,18 @@ async def run(root: Path, async_training: bool) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--async", dest="async_training", action="store_true", help="async training mode")
+    parser.add_argument("--smoke", action="store_true", help="also write the lines as JSON (to --out or a temp file)")
+    parser.add_argument("--out", default=None)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory() as tmp:
-        for line in asyncio.run(run(Path(tmp), args.async_training)):
-            print(line)  # noqa: T201 - a script's output
+        lines = asyncio.run(run(Path(tmp), args.async_training))
+    for line in lines:
+        print(line)  # noqa: T201 - a script's output
+    if args.smoke or args.out:
+        from _smoke import smoke_out
+
+        smoke_out(args.out, "step_check.json").write_text(json.dumps({"lines": lines}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

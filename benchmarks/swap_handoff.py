@@ -77,10 +77,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--smoke", action="store_true", help="the tiny model, 2 steps (seconds)")
+    parser.add_argument("--out", default=None, help="where the JSON goes (default: results/, or a temp file with --smoke)")
     args = parser.parse_args()
+    if args.smoke:
+        from _smoke import tiny_model
+
+        args.model, args.steps = tiny_model(), 2  # one step each way: disk, then memory
     out = asyncio.run(run(args.model, args.steps))
     out["command"] = f"python benchmarks/swap_handoff.py --model {args.model} --steps {args.steps}"
-    RESULTS.write_text(json.dumps(out, indent=2) + "\n")
+    if args.smoke or args.out:
+        from _smoke import smoke_out
+
+        path = smoke_out(args.out, "swap_handoff.json")
+    else:
+        path = RESULTS
+    path.write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps(out["median"], indent=2))  # noqa: T201 - a script's output
 
 

@@ -115,7 +115,25 @@ def check_train_step(doc: dict[str, Any]) -> None:
 
 
 # benchmark -> (extra arguments, the flag that names its output file, the check of what it wrote)
+def check_async_pipeline(doc: dict[str, Any]) -> None:
+    _keys(doc, "summary", "command")
+    assert "--steps 1" in doc["command"]
+
+
+def check_swap_handoff(doc: dict[str, Any]) -> None:
+    _keys(doc, "rows", "median")
+    assert set(doc["median"]) == {"disk", "memory"} and all(r["swap_s"] > 0 for r in doc["rows"])
+
+
+def check_step_check(doc: dict[str, Any]) -> None:
+    _keys(doc, "lines")
+    assert any("sha256" in line or "loss" in line for line in doc["lines"]), doc["lines"][:5]
+
+
 SMOKES: dict[str, tuple[list[str], str, Callable[[dict[str, Any]], None]]] = {
+    "async_pipeline": ([], "--out", check_async_pipeline),
+    "swap_handoff": ([], "--out", check_swap_handoff),
+    "step_check": ([], "--out", check_step_check),
     "autocast": ([], "--out", check_autocast),
     "capture_overhead": ([], "--out", check_capture_overhead),
     "decode_bandwidth": ([], "--out", check_decode_bandwidth),
