@@ -88,8 +88,11 @@ class PipelineTrainer:
 
         async def produce() -> None:
             for i, batch in enumerate(batches):
+                def ready(i: int = i) -> bool:
+                    return trained >= i - self.max_steps_off_policy
+
                 async with progressed:  # batch i waits for the step of batch i - 1 - bound: no older samples
-                    await progressed.wait_for(lambda i=i: trained >= i - self.max_steps_off_policy)
+                    await progressed.wait_for(ready)
                 try:
                     gathered[i].set_result(await self._gather(batch.items))
                 except Exception as exc:  # noqa: BLE001 - handed to the training loop, which raises it

@@ -75,4 +75,5 @@ def fetch_sample(
     if r.status_code != 200:
         logger.debug("sample lookup at %s: HTTP %d", root, r.status_code)
         return None
-    return r.json().get("sample")
+    sample: dict[str, Any] | None = r.json().get("sample")
+    return sample
