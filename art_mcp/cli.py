@@ -277,6 +277,8 @@ async def run(
     registered `TrainableModel` that is never trained) to judge with.
     """
     if args.judge is None:  # the default: verified tasks and rewards (verified_run.py)
+        if args.generator not in (None, SELF) and not args.tasks:  # a generator rewords the tasks: check it first
+            check_llm(import_litellm(), "generator", args.generator, args.generator_api_base, args.generator_api_key)
         return await verified_run.run(args, make_backend=make_backend)
     litellm = import_litellm()
 

@@ -97,3 +97,14 @@ async def test_rollout_dir_works_for_any_connection_and_verified_gold_runs() -> 
         assert "add_row" in session.tool_names()
     steps, tools = await gold_walk(spec, random.Random(0), 3)
     assert len(steps) == 3 and any(t.name == "add_row" for t in tools)
+
+
+def test_a_verified_run_checks_its_generator_before_it_starts(tmp_path, capsys, monkeypatch) -> None:
+    # no --judge: the verified run; a generator (which rewords the tasks) without credentials stops it first
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    rc = autorl_main(["--mcp", "bundled:calculator", "--generator", "openai/gpt-4.1-mini", "--base-model", "x",
+                      "--output", str(tmp_path / "run")], make_backend=_never, make_scorer=_never)
+    assert rc == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "generator openai/gpt-4.1-mini" in err and "OPENAI_API_KEY" in err, err
+    assert not (tmp_path / "run").exists()
