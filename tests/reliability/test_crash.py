@@ -182,7 +182,7 @@ async def test_kill_mid_async_step(harness: Harness) -> None:
     step = await harness.model.get_step() + 1
     batch = groups(4, 8, 100, seed=7)
     pending = harness.rundir / "train_pending.json"
-    config = art.TrainConfig(learning_rate=1e-3, mode="async")
+    config = art.TrainConfig(learning_rate=1e-3, mode="async", train_unsampled_turns=True)  # hand-built turns
     call = asyncio.ensure_future(harness.model.train(batch, config=config, verbose=False))
     await harness.wait_for(pending.exists)
     served_during_step = await asyncio.to_thread(harness.served_step)  # not held: answered while it trains
