@@ -25,7 +25,6 @@ import asyncio
 import json
 import logging
 import statistics
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -60,7 +59,7 @@ from .autorl import (
 from .pool import ServerPool
 from .preflight import check_llm
 from .servers import BUNDLED
-from .session import ServerSpec, connect, uses_rollout_dir
+from .session import ServerSpec, connect
 from .verified_run import SELF, SFT_EPOCHS, server_spec
 
 console = Console(stderr=True)
@@ -239,13 +238,11 @@ async def _tasks(args: argparse.Namespace, spec: ServerSpec, base: TrainableMode
     if args.generator_max_tokens:
         params["max_tokens"] = args.generator_max_tokens
     console.print(f"[bold]tasks[/bold]: asking {label} for {args.num_tasks} tasks")
-    with tempfile.TemporaryDirectory(prefix="art-autorl-tasks-") as workdir:  # for a {rollout_dir} in --mcp
-        return await _generate(args, spec, generator, params, workdir)
+    return await _generate(args, spec, generator, params)
 
 
-async def _generate(args: argparse.Namespace, spec: ServerSpec, generator: str, params: dict[str, Any],
-                    workdir: str) -> list[Task]:
-    async with connect(spec, workdir=workdir if uses_rollout_dir(spec) else None) as session:
+async def _generate(args: argparse.Namespace, spec: ServerSpec, generator: str, params: dict[str, Any]) -> list[Task]:
+    async with connect(spec) as session:  # a {rollout_dir} in --mcp gets a temporary directory from connect
         console.print(f"  {session.label}: tools {', '.join(session.tool_names())}")
         try:
             return await generate_tasks(

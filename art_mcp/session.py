@@ -516,7 +516,7 @@ async def connect(
             print(session.openai_tools())
     """
     with contextlib.ExitStack() as stack:
-        if workdir is None and uses_rollout_dir(server):
+        if workdir is None and _uses_rollout_dir(server):
             workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="art-mcp-"))
         connection = Connection(
             server, timeout=timeout, startup_timeout=startup_timeout, max_output_chars=max_output_chars, workdir=workdir
@@ -528,7 +528,7 @@ async def connect(
             await connection.close()
 
 
-def uses_rollout_dir(spec: ServerSpec) -> bool:
+def _uses_rollout_dir(spec: ServerSpec) -> bool:
     """Whether a stdio server's command line, env or cwd names ``{rollout_dir}``."""
     target = resolve_server(spec)
     if isinstance(target, str):
