@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.vllm import vllm_python
+
 ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = ROOT / "benchmarks"
 
@@ -204,23 +206,13 @@ def test_benchmark_smoke_runs_and_writes_its_figures(name: str, smoke_runs: dict
     SMOKES[name][2](doc)
 
 
-def _vllm_python() -> str:
-    python = os.environ.get("ART_VLLM_PYTHON") or str(ROOT / ".venv-vllm" / "bin" / "python")
-    if not Path(python).exists() or subprocess.run([python, "-c", "import vllm"], capture_output=True).returncode:
-        message = f"no vLLM at {python}: run `bash scripts/setup_vllm.sh` or set ART_VLLM_PYTHON"
-        if os.environ.get("ART_REQUIRE_VLLM") == "1":  # CI: a missing vLLM is a failure, not a skip
-            pytest.fail(message + " (ART_REQUIRE_VLLM=1)")
-        pytest.skip(message)
-    return python
-
-
 @pytest.mark.vllm
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_serve_smoke_vllm_arm_reaches_vllm_with_its_key(tiny_model_path: Path, tmp_path: Path) -> None:
     """The raw vLLM arm talks to vLLM's own port, which answers only the engine's API key (it got 401 before)."""
     out = tmp_path / "serve.json"
-    run = run_smoke("serve", ["--arms", "vllm", "--vllm-python", _vllm_python(), "--out", str(out)], out,
+    run = run_smoke("serve", ["--arms", "vllm", "--vllm-python", vllm_python(), "--out", str(out)], out,
                     smoke_env(tiny_model_path, tmp_path / "home"), timeout=840)  # vLLM starts in minutes on CPU
     assert run["proc"].returncode == 0, f"{run['command']}:\n{run['proc'].stderr[-4000:]}"
     doc = json.loads(out.read_text())

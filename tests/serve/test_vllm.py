@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import httpx
@@ -15,20 +14,10 @@ from safetensors.torch import load_file, save_file
 import art_core as art
 from art_train import LocalBackend
 from art_train.service import WeightSyncError
+from tests.support.vllm import vllm_python
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _vllm_python() -> str:
-    python = os.environ.get("ART_VLLM_PYTHON") or str(ROOT / ".venv-vllm" / "bin" / "python")
-    if not Path(python).exists() or subprocess.run([python, "-c", "import vllm"], capture_output=True).returncode:
-        message = f"no vLLM at {python}: run `bash scripts/setup_vllm.sh` or set ART_VLLM_PYTHON"
-        if os.environ.get("ART_REQUIRE_VLLM") == "1":  # CI: a missing vLLM is a failure, not a skip
-            pytest.fail(message + " (ART_REQUIRE_VLLM=1)")
-        pytest.skip(message)
-    return python
 
 
 TOOLS = [{"type": "function", "function": {
@@ -38,7 +27,7 @@ TOOLS = [{"type": "function", "function": {
 
 @pytest.mark.timeout(600)
 async def test_vllm_engine_serves_trains_swaps_and_restarts(tmp_path: Path) -> None:
-    backend = LocalBackend(path=tmp_path, engine="vllm", vllm_python=_vllm_python())
+    backend = LocalBackend(path=tmp_path, engine="vllm", vllm_python=vllm_python())
     model = art.TrainableModel(name="vl", project="serve", base_model="smollm2-135m",
                                config=art.ModelConfig(max_seq_len=1024))
     try:
