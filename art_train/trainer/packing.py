@@ -102,14 +102,14 @@ def prefix_groups(rows: list[Row], min_prefix: int = 16) -> list[tuple[int, list
     for row in rows:
         k = int(row.pred_index.min()) if row.pred_index.numel() else 0
         exact.setdefault(tuple(row.input_ids[:k].tolist()) if k >= min_prefix else (-id(row),), []).append(row)
-    keys = [list(key) if key[0] >= 0 else [] for key in exact]
+    keys = [list(key) if key[0] >= 0 else [] for key in exact]  # a lone row's key: empty, shares nothing
     members = list(exact.values())
-    lengths = [len(k) for k in keys]
+    lengths = [len(k) for k in keys]  # each group's prefix length; the keys themselves are not needed again
     common = [[_common_length(a, b) for b in keys] for a in keys]  # common[i][j]: shared prefix length
     while True:
         best, best_gain = None, 0
-        for i in range(len(keys)):
-            for j in range(i + 1, len(keys)):
+        for i in range(len(members)):
+            for j in range(i + 1, len(members)):
                 c = common[i][j]
                 if c < min_prefix:
                     continue
@@ -122,9 +122,9 @@ def prefix_groups(rows: list[Row], min_prefix: int = 16) -> list[tuple[int, list
         i, j = best
         lengths[i] = common[i][j]
         members[i] = members[i] + members[j]
-        for x in range(len(keys)):
+        for x in range(len(members)):
             common[i][x] = common[x][i] = min(lengths[i], common[i][x], common[j][x])
-        for table in (keys, members, lengths, common):
+        for table in (members, lengths, common):
             del table[j]
         for line in common:
             del line[j]
