@@ -444,6 +444,10 @@ def weight_sync(ctx: Ctx, record: Record, shape: str = "qwen2.5-0.5b") -> None:
     under the new step's name (learning rate 1e-5) is caught, with the identity check and by the probe alone."""
     import art_core as art
     from art_train.service import WeightSyncError
+    from tests.reliability.test_weight_sync import (  # the faults the tests inject
+        engine_loads,
+        without_identity,
+    )
 
     lr = art.TrainConfig(learning_rate=1e-5)
     tokens = 8 if ctx.tiny else 32
@@ -465,7 +469,8 @@ def weight_sync(ctx: Ctx, record: Record, shape: str = "qwen2.5-0.5b") -> None:
                 for step, identity in ((2, True), (3, False)):
                     label = "stale_identity" if identity else "stale_probe_only"
                     try:
-                        with stale_load(backend, "sync", step, 0), no_identity(backend, "sync", off=not identity):
+                        blind = contextlib.nullcontext() if identity else without_identity(backend, "sync")
+                        with engine_loads(backend, "sync", step, 0), blind:
                             result = await model.train(await rollouts(model, 1, 4, tokens, step), config=lr,
                                                        verbose=False)
                     except WeightSyncError as exc:
@@ -482,51 +487,6 @@ def weight_sync(ctx: Ctx, record: Record, shape: str = "qwen2.5-0.5b") -> None:
                 await backend.close()
 
     asyncio.run(main())
-
-
-@contextlib.contextmanager
-def stale_load(backend: Any, name: str, step: int, source: int) -> Iterator[None]:
-    """While inside, the engine loads ``name@step`` from checkpoint `source`'s folder (a stale adapter),
-    whether it is handed the folder or (the in-process engine) the trainer's tensors in memory."""
-    from art_train.lora import load_lora
-
-    entry = backend.service.entry(name)
-    engine, original = entry.engine, entry.engine.load_adapter
-    original_pairs = getattr(engine, "load_adapter_pairs", None)
-
-    async def stale(adapter: str, path: Path) -> None:
-        await original(adapter, entry.rundir.checkpoint_path(source) if adapter == f"{name}@{step}" else path)
-
-    async def stale_pairs(adapter: str, pairs: dict) -> None:
-        if adapter == f"{name}@{step}":
-            pairs = load_lora(entry.rundir.checkpoint_path(source))
-        await original_pairs(adapter, pairs)
-
-    engine.load_adapter = stale
-    if original_pairs is not None:
-        engine.load_adapter_pairs = stale_pairs
-    try:
-        yield
-    finally:
-        del engine.load_adapter
-        if "load_adapter_pairs" in vars(engine):
-            del engine.load_adapter_pairs
-
-
-@contextlib.contextmanager
-def no_identity(backend: Any, name: str, off: bool) -> Iterator[None]:
-    """While inside (when `off`), the engine cannot report what it holds: the probe alone decides."""
-    engine = backend.service.entry(name).engine
-    if off:
-        async def unknown(adapter: str) -> None:
-            return None
-
-        engine.adapter_fingerprint = unknown
-    try:
-        yield
-    finally:
-        if off:
-            del engine.adapter_fingerprint
 
 
 def loop(ctx: Ctx, record: Record, shape: str = "qwen2.5-0.5b", steps: int = 3) -> None:
