@@ -160,6 +160,7 @@ class ModelService:
                 if resumed is not None:
                     logger.warning("%s: finished step %d, interrupted before this process started", model.name,
                                    resumed.step)
+                entry.trainer.save_in_background = True  # the swap waits for the write only where it reads the folder
                 tolerance = sync_tolerance(engine, model.config, self.config.device, self.config.sync_tolerance)
                 entry.swap = Swap.for_trainer(model, entry.rundir, engine, entry.trainer, entry.gate, tolerance,
                                               self.config.sync_probe_tokens)
@@ -337,6 +338,8 @@ class ModelService:
             raise ServiceError(str(exc)) from exc
 
     async def close(self) -> None:
+        for trainer in [e.trainer for e in self._entries.values() if e.trainer is not None]:
+            await asyncio.to_thread(trainer.close)  # the last checkpoint on disk first
         for engine in self._engines.values():
             try:
                 await engine.stop()

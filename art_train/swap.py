@@ -1,7 +1,8 @@
 """The swap: what happens between a trained step and the first reply from it, in one place.
 
 publish (the step's adapter, a checkpoint folder inside the run directory) -> load it on the engine
-under ``name@step`` (an in-process engine takes the trainer's tensors in memory, no disk round trip)
+under ``name@step`` (an in-process engine takes the trainer's tensors in memory, no disk round trip,
+while the trainer writes the checkpoint in a thread; an engine that reads the folder waits for it)
 -> verify (the weight-sync check, see `weight_sync`) -> serve (new requests get the new step) ->
 retain (`ModelConfig.retain_checkpoints`). If the check fails, the adapter is unloaded,
 `WeightSyncError` is raised and the previous step stays served.
@@ -56,6 +57,10 @@ class TrainerSide(Protocol):
 
     def adapter_fingerprint(self, step: int | None = None) -> str:
         """`weight_sync.lora_fingerprint` of checkpoint `step`'s adapter."""
+        ...
+
+    def wait_saved(self) -> None:
+        """Return once the newest step's checkpoint is on disk."""
         ...
 
     def adapter_pairs(self, step: int) -> dict[str, Any] | None:
@@ -188,6 +193,7 @@ class Swap:
             self.publish(step)  # still only a checkpoint that exists in the run directory is served
             await self.engine.load_adapter_pairs(self.adapter(step), pairs)  # type: ignore[union-attr]
         else:
+            await asyncio.to_thread(self.trainer.wait_saved)  # the engine reads the checkpoint's folder
             await self.engine.load_adapter(self.adapter(step), self.publish(step, path))
         self.loaded.add(step)
 

@@ -1,10 +1,15 @@
-"""The swap with the adapter handed over in memory against a disk round trip, in one run.
+"""The swap, step end to first reply on the new adapter, as it is against as it was, in one run.
 
 Registers a model on `LocalBackend` (the in-process engine), samples one batch of short rollouts,
-then trains six steps on it, alternating the hand-off: the new adapter's tensors given to the engine
-in memory (the default for an in-process engine), or written and read back from the checkpoint
-folder (as before). For each step: `time/load_adapter_s` (the load), `time/swap_s` (load and the
-weight-sync check) and the time from the training call's return to the first reply on the new step.
+then trains six steps on it, alternating two arms:
+- ``memory``: as it is now: the new adapter's tensors handed to the engine in memory while the
+  trainer writes the checkpoint in a thread (`Trainer.save_in_background`);
+- ``disk``: as it was: the checkpoint written first, then read back from its folder by the engine.
+For each step: `time/save_s` where the save is on the path, `time/load_adapter_s` (the load),
+`time/swap_s` (load and the weight-sync check), the time from the training call's return to the first
+reply on the new step, and `step_end_to_first_reply_s`: from the step's end (its tokenize and
+forward/backward done) to that first reply, i.e. the call's wall time plus the reply's, less the step's
+own compute. A write still in flight is waited for after each row, outside the timing.
 
 Run (heavy: under the shared lock):
     flock /tmp/art-heavy.lock .venv/bin/python benchmarks/swap_handoff.py [--model smollm2-135m]
@@ -48,29 +53,43 @@ async def run(model_name: str, steps: int) -> dict:
 
     groups = await art.gather_trajectory_groups(
         [art.TrajectoryGroup(one(p, i) for i in range(4)) for p in PROMPTS], show_progress=False)
-    swap = backend.service.entry("handoff").swap
+    entry = backend.service.entry("handoff")
+    swap, trainer = entry.swap, entry.trainer
     rows = []
     try:
         for k in range(steps):
-            swap.in_memory = k % 2 == 1
+            swap.in_memory = trainer.save_in_background = k % 2 == 1
+            t_call = time.perf_counter()
             result = await model.train(groups, config=art.TrainConfig(learning_rate=1e-4), verbose=False)
             t0 = time.perf_counter()
             r = await client.chat.completions.create(model=model.served_name(),
                                                      messages=[{"role": "user", "content": "hi"}], max_tokens=1)
             first = time.perf_counter() - t0
             assert r.model_extra["art_step"] == result.step
+            m = result.metrics
+            compute = m["time/tokenize_s"] + m["time/forward_backward_s"]
             rows.append({"step": result.step, "handoff": "memory" if swap.in_memory else "disk",
-                         "load_adapter_s": round(result.metrics["time/load_adapter_s"], 4),
-                         "swap_s": round(result.metrics["time/swap_s"], 4), "first_reply_s": round(first, 4),
-                         "identity_match": result.metrics.get("weight_sync/identity_match")})
+                         "save_on_path_s": round(m.get("time/save_s", 0.0), 4),
+                         "load_adapter_s": round(m["time/load_adapter_s"], 4), "swap_s": round(m["time/swap_s"], 4),
+                         "first_reply_s": round(first, 4),
+                         "step_end_to_first_reply_s": round(time.perf_counter() - t_call - compute, 4),
+                         "identity_match": m.get("weight_sync/identity_match")})
+            await asyncio.to_thread(trainer.wait_saved)  # the next row starts with nothing in flight
     finally:
         await backend.close()
 
     def median(handoff: str, key: str) -> float:
         return round(statistics.median(r[key] for r in rows if r["handoff"] == handoff), 4)
 
-    summary = {h: {k: median(h, k) for k in ("load_adapter_s", "swap_s", "first_reply_s")} for h in ("disk", "memory")}
-    return {"model": model_name, "rows": rows, "median": summary}
+    keys = ("save_on_path_s", "load_adapter_s", "swap_s", "first_reply_s", "step_end_to_first_reply_s")
+    summary = {h: {k: median(h, k) for k in keys} for h in ("disk", "memory")}
+    import torch
+
+    from art_train.models import cpu_has_native_bf16
+
+    machine = {"cpus": os.cpu_count(), "capability": torch.backends.cpu.get_cpu_capability(),
+               "native_bf16": cpu_has_native_bf16(), "load_avg": os.getloadavg()}
+    return {"model": model_name, "machine": machine, "rows": rows, "median": summary}
 
 
 def main() -> None:

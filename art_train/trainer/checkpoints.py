@@ -16,12 +16,14 @@ Retention: `checkpoints_to_delete` picks what goes. Resuming needs only the newe
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import math
 import os
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +32,30 @@ import torch
 from art_core import RunDir
 from art_core.rundir import atomic_write_text
 
-__all__ = ["Checkpoints", "best_step", "checkpoints_to_delete", "metric_values"]
+__all__ = ["Checkpoints", "Snapshot", "best_step", "checkpoints_to_delete", "metric_values", "snapshot"]
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Snapshot:
+    """What a checkpoint holds, taken from the live model at the end of a step: the adapter's tensors
+    (copied to the CPU), its config, and the optimizer's state dict."""
+
+    adapter: dict[str, torch.Tensor]
+    config: Any
+    optimizer: dict[str, Any]
+
+
+def snapshot(peft: Any, optimizer: torch.optim.Optimizer) -> Snapshot:
+    """The checkpoint of the adapter as it is now. The adapter's tensors are copies; the optimizer's state
+    dict is not (the trainer writes it before the next step changes it)."""
+    from peft import get_peft_model_state_dict
+
+    adapter = {k: v.detach().to("cpu", copy=True).contiguous() for k, v in get_peft_model_state_dict(peft).items()}
+    config = copy.deepcopy(peft.peft_config["default"])
+    config.inference_mode = True  # as PeftModel.save_pretrained writes it
+    return Snapshot(adapter=adapter, config=config, optimizer=optimizer.state_dict())
 
 
 class Checkpoints:
@@ -79,12 +102,20 @@ class Checkpoints:
         `record`, so a process killed before it appended that record to history.jsonl loses nothing
         (`repair_history` appends it on the next start).
         """
+        return self.write(step, snapshot(peft, optimizer), base_model=base_model, step_id=step_id, record=record)
+
+    def write(self, step: int, snap: Snapshot, *, base_model: str, step_id: str | None = None,
+              record: dict[str, Any] | None = None) -> Path:
+        """`save` from a `snapshot` taken earlier (it never touches the live model, so it can run in a thread)."""
+        from safetensors.torch import save_file
+
         final = self.path(step)
         tmp = final.parent / f".{final.name}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        peft.save_pretrained(str(tmp))
-        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        save_file(snap.adapter, str(tmp / "adapter_model.safetensors"), metadata={"format": "pt"})
+        snap.config.save_pretrained(str(tmp))  # adapter_config.json, as PeftModel.save_pretrained writes it
+        torch.save(snap.optimizer, tmp / "optimizer.pt")
         state = {"step": step, "base_model": base_model, "step_id": step_id, "record": record}
         (tmp / "art_state.json").write_text(json.dumps(state, default=str))
         for f in tmp.iterdir():

@@ -5,9 +5,11 @@ It holds the state and calls the parts, each in its own module:
 - `checkpoints.Checkpoints`: atomic save and resume, the pending-step journal;
 - `probe`: the trainer's side of the weight-sync check.
 
-A `train` call: retrain an interrupted step if there is one -> journal the new step (its
-trajectories first) -> drop samples older than the staleness bound (`off_policy`, async mode) ->
-the step -> save the checkpoint -> clear the journal -> append history.
+A `train` call: wait for the previous checkpoint's write -> retrain an interrupted step if there is
+one -> journal the new step (its trajectories first) -> drop samples older than the staleness bound
+(`off_policy`, async mode) -> the step -> save the checkpoint -> clear the journal -> append history.
+With `save_in_background` (the service's default) the last three run in a thread after `train`
+returns, so the new adapter is served while its checkpoint is written (`wait_saved`).
 A step that raises is rolled back to the newest checkpoint, its journal moved to ``failed/``.
 """
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +28,7 @@ from pydantic import BaseModel
 from art_core import RunDir, SFTConfig, TrainableModel, TrainConfig, TrainResult, Trajectory, TrajectoryGroup
 
 from ..models import chat_template_for, load_causal_lm, load_tokenizer, resolve_base_model, training_autocast
-from .checkpoints import Checkpoints
+from .checkpoints import Checkpoints, Snapshot, snapshot
 from .grpo import grpo_step
 from .off_policy import drop_stale, max_age
 from .policy import Policy, Progress
@@ -131,6 +134,9 @@ class Trainer:
         peft.eval()
         self._reference = HalfPrecisionReference(self.base_path, self.device)
         self._trained: tuple[int, list[list[int]]] | None = None  # (step, its trained sequences' ids)
+        self.save_in_background = False  # see `wait_saved`; the service turns it on for an in-process engine
+        self._pool: ThreadPoolExecutor | None = None
+        self._saving: tuple[Future[None], tuple[Any, ...]] | None = None  # the write in flight and its arguments
 
     # the policy's parts, under the names callers use
     @property
@@ -174,6 +180,7 @@ class Trainer:
         A step where no group is trainable still saves a checkpoint (same weights) and says why
         in ``metrics["skipped_groups"]``.
         """
+        self.wait_saved()
         done = self._already_trained(step_id, progress)
         return done or self._run_step("grpo", list(groups), config, progress, step_id)
 
@@ -182,11 +189,13 @@ class Trainer:
         step_id: str | None = None,
     ) -> TrainResult:
         """Supervised fine-tuning: cross-entropy on every assistant turn (sampled ids kept where present)."""
+        self.wait_saved()
         done = self._already_trained(step_id, progress)
         return done or self._run_step("sft", [TrajectoryGroup(list(trajectories))], config, progress, step_id)
 
     def completed(self, step_id: str | None) -> TrainResult | None:
-        """The result of the call with `step_id` if its checkpoint exists (a retried call), else None."""
+        """The result of the call with `step_id` if its checkpoint exists (a retried call), else None (also
+        while that checkpoint is still being written: `train` waits for it and then finds it)."""
         step = self.checkpoints.step_of(step_id) if step_id else None
         if step is None:
             return None
@@ -211,11 +220,13 @@ class Trainer:
 
     def pending_groups(self) -> list[TrajectoryGroup] | None:
         """The trajectory groups of a step that was interrupted before its checkpoint was saved, or None."""
+        self.wait_saved()
         pending = self.checkpoints.pending(self.step)
         return self.rundir.read_trajectories("train", pending["step"]) if pending else None
 
     def resume_pending(self, progress: Progress | None = None) -> TrainResult | None:
         """Train the interrupted step (if any) on its saved trajectories and config; None when nothing was pending."""
+        self.wait_saved()
         pending = self.checkpoints.pending(self.step)
         if pending is None:
             return None
@@ -247,20 +258,67 @@ class Trainer:
             logger.error("step %d raised %s: back at checkpoint %d; its trajectories are kept in %s",
                          step, type(exc).__name__, self.step, kept)
             raise
-        t_save = time.perf_counter()
-        progress({"phase": "save", "done": 0, "total": 1})
-        metrics["time/step_s"] = t_save - t0  # up to the save: the record is saved with the checkpoint
+        metrics["time/step_s"] = time.perf_counter() - t0  # up to the save: the record is saved with the checkpoint
         record = {"step": step, "kind": kind, "time": time.time(), **({"step_id": step_id} if step_id else {}), **metrics}
-        self._save(step, step_id, record)
-        self.step = step
+        snap = snapshot(self.policy.peft, self.policy.optimizer)
         self._trained = (step, [q.token_ids for q in sorted(trained, key=lambda q: -q.trained_tokens)
                                 if q.trained_tokens])
-        self.checkpoints.finish()
+        if self.save_in_background:  # served from memory now; durable once `wait_saved` returns
+            self.step = step
+            args = (step, snap, step_id, record)
+            self._saving = (self._writer().submit(self._write, *args), args)
+            return TrainResult(step=step, metrics=metrics)
+        progress({"phase": "save", "done": 0, "total": 1})
+        self._write(step, snap, step_id, record)
+        self.step = step
         progress({"phase": "save", "done": 1, "total": 1})
-        metrics["time/save_s"] = record["time/save_s"] = time.perf_counter() - t_save
+        metrics["time/save_s"] = record["time/save_s"]
         metrics["time/step_s"] = record["time/step_s"] = time.perf_counter() - t0
-        self.rundir.append_history(record)
         return TrainResult(step=step, metrics=metrics)
+
+    # ----- the checkpoint write -----
+
+    def _writer(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="art-checkpoint")
+        return self._pool
+
+    def _write(self, step: int, snap: Snapshot, step_id: str | None, record: dict[str, Any]) -> None:
+        """Checkpoint `step` on disk, then the journal cleared, then its history row (in that order: a process
+        killed before the checkpoint exists retrains the step from its journal; see `checkpoints`)."""
+        t0 = time.perf_counter()
+        self.checkpoints.write(step, snap, base_model=str(self.model.base_model), step_id=step_id, record=record)
+        self.checkpoints.finish()
+        record["time/save_s"] = time.perf_counter() - t0
+        self.rundir.append_history(record)
+
+    def wait_saved(self) -> None:
+        """Return once the newest step's checkpoint is on disk (at once when nothing is being written).
+
+        With `save_in_background` a step's checkpoint is written while the step is already served; every
+        call that reads checkpoints from disk or changes the adapter waits here first. A write that failed is
+        tried once more from the same snapshot, which stays in memory until it lands; if it fails again, the
+        error is raised (the step's journal and trajectories stay, so a restart retrains it)."""
+        saving = self._saving
+        if saving is None:
+            return
+        future, args = saving
+        try:
+            future.result()
+        except Exception as exc:
+            logger.error("writing checkpoint %d failed (%s: %s); trying once more", args[0], type(exc).__name__, exc)
+            self._write(*args)
+        if self._saving is saving:
+            self._saving = None
+
+    def close(self) -> None:
+        """Wait for a checkpoint being written, then stop the writer thread."""
+        try:
+            self.wait_saved()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None
 
     def _restore(self, step: int) -> None:
         """Put the adapter and optimizer back to checkpoint `step` (a failed step may have moved them)."""
@@ -292,6 +350,7 @@ class Trainer:
         if step is None or step == self.step:
             config = self.policy.peft.peft_config["default"].to_dict()
             return lora_fingerprint(lora_pairs(get_peft_model_state_dict(self.policy.peft), config))
+        self.wait_saved()
         return lora_fingerprint(load_lora(self.checkpoints.existing(step)))
 
     def adapter_pairs(self, step: int) -> dict[str, Any] | None:
@@ -319,6 +378,8 @@ class Trainer:
         (an engine serving in another precision), the adapter is merged into the base at that precision,
         as the embedded engine merges it, so the two must agree exactly (see `probe`).
         """
+        if step is not None and step != self.step:
+            self.wait_saved()
         checkpoint = None if step is None or step == self.step else self.checkpoints.existing(step)
         if dtype is not None:
             return self._reference.logprobs(sequences, dtype, self.policy.peft, checkpoint)
