@@ -75,25 +75,27 @@ class GeneratedScenarioCollection:
         return Counter(s.difficulty for s in self.scenarios)
 
 
+def _field(item: Any, key: str) -> Any:
+    return item.get(key) if isinstance(item, dict) else getattr(item, key, None)
+
+
 def _spec(tool: Any) -> dict[str, Any]:
     """An OpenAI tool spec from an MCP `Tool`, an OpenAI spec, or ART's ``{name, description, parameters}``
     (a dict or an object with those attributes, such as ART's `MCPTool`)."""
     if isinstance(tool, mcp_types.Tool) or (isinstance(tool, dict) and tool.get("type") == "function"):
         return to_openai_tool(tool)
-    get = tool.get if isinstance(tool, dict) else lambda key, default: getattr(tool, key, default)
-    name = get("name", "")
+    name = _field(tool, "name")
     if not name:
         raise ValueError(f"a tool needs a name: {tool!r}")
-    function = {"name": name, "description": get("description", "") or "",
-                "parameters": get("parameters", None) or {"type": "object", "properties": {}}}
+    function = {"name": name, "description": _field(tool, "description") or "",
+                "parameters": _field(tool, "parameters") or {"type": "object", "properties": {}}}
     return {"type": "function", "function": function}
 
 
 def _resource_text(resources: Sequence[Any]) -> str:
     listed = []
     for r in resources:
-        get = r.get if isinstance(r, dict) else lambda key, default, r=r: getattr(r, key, default)
-        listed.append({k: get(k, None) for k in ("uri", "name", "description") if get(k, None)})
+        listed.append({k: _field(r, k) for k in ("uri", "name", "description") if _field(r, k)})
     return "The server also offers these resources:\n" + json.dumps(listed, indent=1)
 
 
