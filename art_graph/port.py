@@ -67,7 +67,7 @@ def wrap_rollout(
 
 
 def init_chat_model(
-    model: None = None,
+    model: str | None = None,
     *,
     model_provider: str | None = None,
     configurable_fields: None = None,
@@ -83,13 +83,9 @@ def init_chat_model(
     ``model_provider`` and ``config_prefix`` are accepted and unused, as in ART (the provider is the
     wrapped model's endpoint). ``timeout_seconds`` is each request's timeout. ``chat_model`` (a chat
     model of your own) is returned as it is; its calls are recorded as context, not trained.
-    Refused: ``model=`` (another model name), ``configurable_fields``, ``base_url``, ``api_key``.
+    ``model`` may name the wrapped model (``model.get_inference_name()``, as ART's examples do);
+    another name is refused, as are ``configurable_fields``, ``base_url`` and ``api_key``.
     """
-    if model is not None:
-        raise TypeError(
-            f"init_chat_model(model={model!r}) is not supported: the model is the one wrap_rollout was given; "
-            "for another model call art_graph.chat_model(other_model)"
-        )
     if configurable_fields is not None:
         raise TypeError("init_chat_model(configurable_fields=...) is not supported (ART accepts only None)")
     for name, instead in _REFUSED.items():
@@ -100,6 +96,11 @@ def init_chat_model(
         raise RuntimeError(
             "init_chat_model() is called inside a function wrapped by art_graph.wrap_rollout(model, fn); "
             "outside one, use art_graph.chat_model(model)"
+        )
+    if model is not None and model not in (current.served_name(), current.name):
+        raise TypeError(
+            f"init_chat_model(model={model!r}) names another model than the one wrap_rollout was given "
+            f"({current.served_name()!r}); for another model call art_graph.chat_model(other_model)"
         )
     if chat_model is not None:
         return chat_model
