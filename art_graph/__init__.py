@@ -14,14 +14,17 @@ Example:
 from .chat import chat_model
 from .handler import CaptureHandler
 from .nodes import keep_nodes, node_groups
+from .port import init_chat_model, wrap_rollout
 from .rollout import capturing, rollout, set_node_rewards
 
 __all__ = [
     "CaptureHandler",
     "capturing",
     "chat_model",
+    "init_chat_model",
     "keep_nodes",
     "node_groups",
     "rollout",
     "set_node_rewards",
+    "wrap_rollout",
 ]

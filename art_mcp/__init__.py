@@ -3,7 +3,8 @@
 - `connect(server)`: a wrapped MCP session; `openai_tools()` and `call()` (recorded in the trajectory).
 - `ServerPool`: a fresh server process per rollout, or one shared, under a process bound.
 - `rollout(model, session, task)`: a generic tool-using agent loop.
-- `generate_tasks(...)`: AutoRL tasks from the tool schemas alone (litellm, structured output).
+- `generate_tasks(...)`: AutoRL tasks from the tool schemas alone (litellm, structured output);
+  `generate_scenarios(...)` is OpenPipe ART's name and signature for it.
 - `generate_verified_tasks(server, n)`: tasks with rewards checked against gold runs (no LLM, no data).
 
 Depends on `art_core`, `mcp` (1.x or 2.x: `compat.py` holds the differences) and `litellm` only
@@ -29,6 +30,7 @@ from .autorl import (
     split_tasks,
 )
 from .pool import Isolation, ServerPool
+from .port import GeneratedScenario, GeneratedScenarioCollection, generate_scenarios
 from .schema_sample import ValuePool, sample_arguments
 from .servers import bundled_server
 from .session import (
@@ -61,6 +63,8 @@ __all__ = [
     "COMPLETE_TASK_TOOL",
     "Call",
     "DEFAULT_SYSTEM_PROMPT",
+    "GeneratedScenario",
+    "GeneratedScenarioCollection",
     "Isolation",
     "McpServerError",
     "McpSession",
@@ -78,6 +82,7 @@ __all__ = [
     "bundled_server",
     "connect",
     "dedupe",
+    "generate_scenarios",
     "generate_tasks",
     "generate_verified_tasks",
     "gold_trajectory",

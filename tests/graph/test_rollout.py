@@ -19,10 +19,12 @@ def test_public_surface_is_pinned():
         "CaptureHandler",
         "capturing",
         "chat_model",
+        "init_chat_model",
         "keep_nodes",
         "node_groups",
         "rollout",
         "set_node_rewards",
+        "wrap_rollout",
     ]
 
 
