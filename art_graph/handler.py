@@ -33,9 +33,9 @@ from langchain_core.messages import (
 from langchain_core.outputs import LLMResult
 
 from art_core import Trajectory, current_trajectory, record_tool_result
-from art_core.capture import add_completion, current_node, sampled_tokens
+from art_core.capture import add_completion, current_node
 from art_core.samples import fetch_sample, logprobs_digest, registered_trainable, trainable_endpoint
-from art_core.trajectory import SAMPLE_KEY, sample_dict
+from art_core.trajectory import SAMPLE_KEY, sample_dict, sampled_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ def _fast_openai(m: BaseMessage) -> dict[str, Any] | None:
     out: dict[str, Any] = {"role": role}
     if m.name:
         out["name"] = m.name
-    if role == "assistant" and m.tool_calls:
+    if isinstance(m, AIMessage) and m.tool_calls:
         out["tool_calls"] = [
             {
                 "type": "function",
@@ -144,7 +144,7 @@ def _fast_openai(m: BaseMessage) -> dict[str, Any] | None:
         ]
     if m.additional_kwargs.get("refusal"):
         out["refusal"] = m.additional_kwargs["refusal"]
-    if role == "tool" and m.tool_call_id is not None:
+    if isinstance(m, ToolMessage) and m.tool_call_id is not None:
         out["tool_call_id"] = m.tool_call_id
     out["content"] = content
     return out
@@ -258,7 +258,7 @@ class CaptureHandler(BaseCallbackHandler):
         if not trainable and TRAINABLE_KEY not in metadata:  # the app's own chat model: is it the trainable one?
             base = (serialized or {}).get("kwargs", {}).get("openai_api_base") or os.environ.get("OPENAI_BASE_URL")
             key = trainable_endpoint(base, model)
-            if key is not None:
+            if key is not None and base is not None:  # a key implies a base URL
                 trainable, endpoint = True, (base, key)
         if trainable and self.trainable_nodes is not None:
             trainable = node is not None and any(node_matches(n, node) for n in self.trainable_nodes)

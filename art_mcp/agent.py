@@ -120,7 +120,7 @@ async def rollout(
         COMPLETE_TASK in session.tool_names()
     )  # a server's own complete_task is called, not replaced
     tools = [*session.openai_tools(), *([] if own_complete else [COMPLETE_TASK_TOOL])]
-    trajectory = Trajectory(
+    trajectory = Trajectory(  # type: ignore[call-arg]  # the pydantic plugin misses the messages alias
         messages=[
             {"role": "system", "content": system_prompt or DEFAULT_SYSTEM_PROMPT},
             {"role": "user", "content": text},
@@ -142,7 +142,8 @@ async def rollout(
             while turns < max_turns and not finished:
                 turns += 1
                 response = await client.chat.completions.create(
-                    model=model.served_name(), messages=trajectory.messages(), tools=tools, **params
+                    # plain dicts where openai's types name TypedDicts
+                    model=model.served_name(), messages=trajectory.messages(), tools=tools, **params  # type: ignore[arg-type]
                 )
                 message = response.choices[0].message
                 if not message.tool_calls:
@@ -150,6 +151,8 @@ async def rollout(
                     break
                 shown = []
                 for call in message.tool_calls:
+                    if call.type != "function":  # only function tools are offered
+                        raise RuntimeError(f"the model made a {call.type!r} tool call")
                     name, arguments = call.function.name, call.function.arguments
                     if name == COMPLETE_TASK:
                         final, finished = _answer(arguments), True

@@ -16,7 +16,7 @@ import random
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import mcp.types as mcp_types
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -73,6 +73,9 @@ def _task_schema(tool_names: list[str], n: int) -> dict[str, Any]:
     tasks = {"type": "array", "items": draft, "minItems": 1, "maxItems": n}
     schema = {"type": "object", "properties": {"tasks": tasks}, "required": ["tasks"], "additionalProperties": False}
     return {"type": "json_schema", "json_schema": {"name": "task_batch", "schema": schema}}
+
+
+TaskT = TypeVar("TaskT", bound=Task)  # split_tasks keeps the task type (VerifiedTask)
 
 
 class TaskGenerationError(RuntimeError):
@@ -251,8 +254,8 @@ async def generate_tasks(
 
 
 def split_tasks(
-    tasks: Sequence[Task], *, val_fraction: float = 0.2, seed: int = 0
-) -> tuple[list[Task], list[Task]]:
+    tasks: Sequence[TaskT], *, val_fraction: float = 0.2, seed: int = 0
+) -> tuple[list[TaskT], list[TaskT]]:
     """Shuffle (with a seed) and split into train and validation sets; each gets at least one task."""
     if not 0 < val_fraction < 1:
         raise ValueError(f"val_fraction must be between 0 and 1, got {val_fraction}")

@@ -177,7 +177,8 @@ async def streamable_http(url: str) -> AsyncIterator[tuple[Any, Any, asyncio.Eve
     lost = asyncio.Event()
     timeout = httpx.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT)
     async with httpx.AsyncClient(transport=_Watched(lost), timeout=timeout) as http_client:
-        async with _streamable_http.streamable_http_client(url, http_client=http_client) as streams:
+        # mypy reads the installed mcp 2.x, whose client takes an httpx2 AsyncClient
+        async with _streamable_http.streamable_http_client(url, http_client=http_client) as streams:  # type: ignore[arg-type]
             yield streams[0], streams[1], lost
 
 

@@ -121,8 +121,8 @@ class ServerPool:
             spec = self.server
             if callable(spec) or not isinstance(resolve_server(spec), str):  # a process: give it a directory
                 workdir = tempfile.mkdtemp(prefix="art-mcp-rollout-")
-            if callable(spec):
-                spec = spec(workdir)
+                if callable(spec):
+                    spec = spec(workdir)
             connection = Connection(
                 spec,
                 timeout=self.timeout,

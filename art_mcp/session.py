@@ -436,6 +436,7 @@ class Connection:
                 if isinstance(self.target, str):
                     read, write, lost = await stack.enter_async_context(compat.streamable_http(self.target))
                 else:
+                    assert stderr is not None  # made above for a process
                     read, write = await stack.enter_async_context(stdio_client(self.target, errlog=stderr))
                 client = await stack.enter_async_context(ClientSession(read, write))
                 # the scope sits inside the transport's task groups: anyio scopes must nest

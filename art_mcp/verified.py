@@ -459,7 +459,7 @@ def gold_trajectory(
         call("call_1", COMPLETE_TASK, {"answer": answer}),
     ]
     names = {t["function"]["name"] for t in tools}
-    return Trajectory(
+    return Trajectory(  # type: ignore[call-arg]  # the pydantic plugin misses the messages alias
         messages=messages, tools=[*tools, *([] if COMPLETE_TASK in names else [COMPLETE_TASK_TOOL])]
     )
 

@@ -17,7 +17,7 @@ import json
 import random
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from rich.console import Console
 from rich.table import Table
@@ -117,7 +117,7 @@ async def demo(
     history: list[dict[str, Any]] = []
     try:
         with console.status("loading the model (the first run converts smollm2-135m once)"):
-            await model.register(backend)
+            await model.register(cast(art.Backend, backend))  # LocalBackend takes a Model where Backend names ModelLike
         t0 = time.perf_counter()
         with console.status(f"step 0: scoring the base model on {len(held_out_questions)} held-out questions"):
             base = await val(model)

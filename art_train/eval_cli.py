@@ -15,7 +15,7 @@ import argparse
 import asyncio
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from rich.console import Console
 from rich.table import Table
@@ -83,7 +83,7 @@ async def evaluate_run(run: Path, tasks: TaskSet, *, steps: str | None = None, s
     backend = LocalBackend(path=run.parents[2], device=device)
     results: dict[int, art.EvalResult] = {}
     try:
-        await model.register(backend)
+        await model.register(cast(art.Backend, backend))  # LocalBackend takes a Model where Backend names ModelLike
         for step in chosen:
             results[step] = await art.evaluate(
                 model, tasks.rollout, task_list, step=step, k=k or tasks.k, seed=seed, max_concurrency=max_concurrency,

@@ -153,7 +153,7 @@ def _tiny_config(family: Family, vocab: int, hidden: int, layers: int) -> Any:
 
     common: dict[str, Any] = dict(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8192)
-    extra: dict[str, Any] = {
+    extra: dict[str, dict[str, Any]] = {
         "llama": dict(intermediate_size=hidden * 2, tie_word_embeddings=True),
         "qwen2": dict(intermediate_size=hidden * 2, tie_word_embeddings=True),
         "qwen3": dict(intermediate_size=hidden * 2, head_dim=hidden // 4, tie_word_embeddings=True),
@@ -162,8 +162,8 @@ def _tiny_config(family: Family, vocab: int, hidden: int, layers: int) -> Any:
                         rope_parameters={"rope_type": "default", "rope_theta": 150000.0}),
         "gemma3_text": dict(intermediate_size=hidden * 2, head_dim=hidden // 4, num_key_value_heads=1,
                             sliding_window=32, tie_word_embeddings=True),
-    }[family.model_type]
-    return AutoConfig.for_model(family.model_type, **{**common, **extra})
+    }
+    return AutoConfig.for_model(family.model_type, **{**common, **extra[family.model_type]})
 
 
 def build_family_model(name: str, folder: Path, *, hidden_size: int = 64, num_layers: int = 2, seed: int = 0) -> Path:

@@ -17,7 +17,7 @@ __all__ = ["cache_kwargs"]
 
 
 @lru_cache(maxsize=64)
-def _cache_name(forward_type: type) -> str:
+def _cache_name(forward_type: type[Any]) -> str:
     params = inspect.signature(forward_type.forward).parameters
     if "cache" in params:
         return "cache"
@@ -32,7 +32,7 @@ def cache_kwargs(module: Any, cache: Any) -> dict[str, Any]:
     Example:
         out = model(input_ids=ids, **cache_kwargs(model, DynamicCache()), use_cache=True)
     """
-    return {_cache_name(type(module)): cache}
+    return {_cache_name(type(module)): cache}  # type: ignore[arg-type]  # mypy: a class is not Hashable
 
 
 def output_cache(out: Any) -> Any:

@@ -360,7 +360,7 @@ def build_tiny_model(
             pad_token_id=tokenizer.pad_token_id,
         )
         torch.manual_seed(seed)
-        model = LlamaForCausalLM(config).to(torch.float32)
+        model = LlamaForCausalLM(config).to(torch.float32)  # type: ignore[arg-type]  # transformers types `to` badly
         with _atomic_dir(path) as tmp:
             model.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
@@ -446,7 +446,7 @@ def load_causal_lm(path: str | os.PathLike[str], dtype: str = "auto", device: st
             raise
         logger.info("%s does not support SDPA attention: loading with eager attention", path)
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=_torch_dtype(dtype, device), attn_implementation="eager")
-    return model.to(device).eval()
+    return model.to(device).eval()  # type: ignore[arg-type]  # transformers types `to` badly
 
 
 def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -517,7 +517,7 @@ def chat_template_for(tokenizer: Any, model_config: Any = None) -> str:
             )
         return text
     own = getattr(tokenizer, "chat_template", None)
-    if _renders_tools(tokenizer, own):
+    if own and _renders_tools(tokenizer, own):
         return own
     text = template_by_name("qwen2_5")
     if text is None:

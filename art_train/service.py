@@ -102,15 +102,15 @@ class ModelService:
     # -- registration --------------------------------------------------------------------------
     async def _engine_for(self, model: Model) -> Engine:
         config = getattr(model, "config", None)
-        if self._make_engine is not None:
+        if (make := self._make_engine) is not None:
             key = (model.base_model or "", "custom", "")
-            build: Callable[[], Engine] = lambda: self._make_engine(model)  # noqa: E731
+            build: Callable[[], Engine] = lambda: make(model)  # noqa: E731
         else:
             from .models import resolve_base_model
 
             kind = self.config.engine or getattr(config, "engine", None) or "transformers"
             path = await asyncio.to_thread(resolve_base_model, model.base_model or "")
-            dtype = (self.config.engine_dtype if kind == "transformers" else None) or getattr(config, "dtype", "auto")
+            dtype = (self.config.engine_dtype if kind == "transformers" else None) or getattr(config, "dtype", None) or "auto"
             key = (str(path), kind, dtype)
             build = lambda: bundled_engine(kind, path, config, self.config.device, dtype,  # noqa: E731
                                            self.config.vllm_python)

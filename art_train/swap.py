@@ -191,7 +191,7 @@ class Swap:
             pairs = await asyncio.to_thread(self.trainer.adapter_pairs, step)
         if pairs is not None:
             self.publish(step)  # still only a checkpoint that exists in the run directory is served
-            await self.engine.load_adapter_pairs(self.adapter(step), pairs)  # type: ignore[union-attr]
+            await self.engine.load_adapter_pairs(self.adapter(step), pairs)  # type: ignore[attr-defined]
         else:
             await asyncio.to_thread(self.trainer.wait_saved)  # the engine reads the checkpoint's folder
             await self.engine.load_adapter(self.adapter(step), self.publish(step, path))

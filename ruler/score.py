@@ -8,7 +8,7 @@ import os
 import random
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from art_core import Model, Trajectory, TrajectoryGroup
 
@@ -197,6 +197,7 @@ def _items_from_lists(
 ) -> list[Item]:
     if isinstance(message_lists, TrajectoryGroup) or any(isinstance(m, Trajectory) for m in message_lists):
         raise TypeError("score() takes message lists; use score_group() for a TrajectoryGroup")
+    per: list[list[Tool] | None]
     if tools and isinstance(tools[0], list):
         if len(tools) != len(message_lists):
             raise ValueError(
@@ -204,7 +205,7 @@ def _items_from_lists(
             )
         per = tools
     else:
-        per = [tools] * len(message_lists)
+        per = [cast("list[Tool] | None", tools)] * len(message_lists)
     return [Item(list(ms), t or None) for ms, t in zip(message_lists, per, strict=True)]
 
 

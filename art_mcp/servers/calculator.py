@@ -7,8 +7,10 @@ import argparse
 import ast
 import math
 import operator
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-if __package__:  # imported, or run with -m
+if TYPE_CHECKING or __package__:  # imported, or run with -m (mypy reads this branch)
     from .sdk import Server, ToolError, serve
 else:  # run by path (bundled_server): this folder is sys.path[0]
     from sdk import Server, ToolError, serve
@@ -19,7 +21,7 @@ server = Server(
     log_level="WARNING",
 )
 
-_OPS = {
+_OPS: dict[type[ast.AST], Callable[..., float]] = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
     ast.Mult: operator.mul,
@@ -30,7 +32,7 @@ _OPS = {
     ast.USub: operator.neg,
     ast.UAdd: operator.pos,
 }
-_FUNCS = {"sqrt": math.sqrt, "abs": abs, "round": round, "log": math.log, "exp": math.exp}
+_FUNCS: dict[str, Callable[..., float]] = {"sqrt": math.sqrt, "abs": abs, "round": round, "log": math.log, "exp": math.exp}
 
 # factor to the base unit of each dimension
 _UNITS: dict[str, tuple[str, float]] = {

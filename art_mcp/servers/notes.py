@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 import sqlite3
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-if __package__:  # imported, or run with -m
+if TYPE_CHECKING or __package__:  # imported, or run with -m (mypy reads this branch)
     from .sdk import Server, ToolError, serve
 else:  # run by path (bundled_server): this folder is sys.path[0]
     from sdk import Server, ToolError, serve

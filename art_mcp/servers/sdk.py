@@ -11,8 +11,8 @@ try:  # mcp 2.x
 
     MCP2 = True
 except ImportError:  # mcp 1.x: the same server, called FastMCP
-    from mcp.server.fastmcp import FastMCP as Server  # type: ignore[no-redef]
-    from mcp.server.fastmcp.exceptions import ToolError  # type: ignore[no-redef]
+    from mcp.server.fastmcp import FastMCP as Server  # type: ignore[no-redef, attr-defined]
+    from mcp.server.fastmcp.exceptions import ToolError  # type: ignore[no-redef, import-not-found]
 
     MCP2 = False
 
@@ -23,8 +23,8 @@ def serve(server: Server, http_port: int | None = None) -> None:
         server.run("stdio")
     elif MCP2:
         server.run("streamable-http", host="127.0.0.1", port=http_port)
-    else:  # 1.x reads host and port from its settings
-        server.settings.host, server.settings.port = "127.0.0.1", http_port
+    else:  # 1.x reads host and port from its settings (not in 2.x's, which mypy reads)
+        server.settings.host, server.settings.port = "127.0.0.1", http_port  # type: ignore[attr-defined]
         server.run("streamable-http")
 
 

@@ -21,6 +21,9 @@ SPARE = 256  # sequence positions allocated ahead; a refill copies the cache onc
 class GrowingLayer(DynamicLayer):
     """`keys`/`values` are views of `[batch, heads, capacity, dim]` buffers (None: not yet grown)."""
 
+    keys: torch.Tensor  # set in __init__ (DynamicLayer's may be None)
+    values: torch.Tensor
+
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, dtype: torch.dtype | None = None) -> None:
         super().__init__()
         keys, values = keys.to(dtype or keys.dtype), values.to(dtype or values.dtype)

@@ -74,7 +74,7 @@ class PrefixCache:
                 if n > best_n:
                     best, best_n, best_key = entry, n, key
             best_n = min(best_n, len(ids) - 1)  # the last prompt token is always fed: its logits are needed
-            if best is None or best_n < MIN_REUSE:
+            if best_key is None or best_n < MIN_REUSE:  # None with best
                 return None, 0
             self._entries.move_to_end(best_key)
         return best, best_n

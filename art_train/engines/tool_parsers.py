@@ -118,7 +118,8 @@ _DECODER = json.JSONDecoder()
 
 def _json_values(text: str, sep: str = "") -> list[Any] | None:
     """Every JSON value in `text`, one after another (whitespace or `sep` between); None if any is not JSON."""
-    values, i = [], 0
+    values: list[Any] = []
+    i = 0
     while True:
         while i < len(text) and (text[i].isspace() or (sep and text[i] == sep)):
             i += 1
@@ -175,7 +176,7 @@ def hermes(text: str) -> ParsedOutput:
             return ParsedOutput(content=text)
         calls, error = bare
         return ParsedOutput(content=None, tool_calls=calls) if calls else ParsedOutput(content=text, error=error)
-    calls: list[dict[str, Any]] = []
+    calls = []
     for match in _HERMES.finditer(text):
         try:
             obj = json.loads(match.group(1))

@@ -154,7 +154,7 @@ def build_report(run_dir: str | os.PathLike[str], output: str | os.PathLike[str]
     info = rundir.read_model() or {}
     decode = load_decoder(info.get("base_model")) if tokens else None
 
-    steps = []
+    steps: list[dict[str, Any]] = []
     for split, step, file in _step_files(rundir):
         groups = [TrajectoryGroup.model_validate_json(line) for line in file.read_text().splitlines() if line.strip()]
         rewards = [t.reward for g in groups for t in g.trajectories]

@@ -66,11 +66,11 @@ def grpo_step(
     sequences: list[Sequence] = []
     max_len = policy.max_len(config)
     n_traj = 0
-    for done, adv in enumerate(trainable):
-        for traj, a in zip(groups[adv.index].trajectories, adv.advantages, strict=True):
-            for seq in tokenize_trajectory(traj, policy.tokenizer, policy.chat_template, stats=stats,
+    for done, g in enumerate(trainable):
+        for trajectory, advantage in zip(groups[g.index].trajectories, g.advantages, strict=True):
+            for seq in tokenize_trajectory(trajectory, policy.tokenizer, policy.chat_template, stats=stats,
                                            train_unsampled=config.train_unsampled_turns):
-                seq.advantage, seq.trajectory = a, n_traj
+                seq.advantage, seq.trajectory = advantage, n_traj
                 fitted = fit_length(seq, max_len, config.overlong, stats)
                 if fitted is not None:
                     sequences.append(fitted)
@@ -130,6 +130,7 @@ def grpo_step(
                 unit = torch.unique(traj, return_inverse=True)[1] if config.trajectory_weight == "equal" else (
                     torch.zeros_like(traj))
                 weights = token_weights(seq_of_token, unit, spec.normalization, max_len)  # [N]
+                old_b, ref_b = old[b], ref[b]  # [N] or None
                 batch_loss = 0.0
                 for k, group_rows in policy.row_groups(rows, config):
                     prefix = SharedPrefix(policy.causal_lm, group_rows[0].input_ids[:k]) if k else None
@@ -139,12 +140,12 @@ def grpo_step(
                                                      row.pred_index, row.targets, prefix=prefix)  # [n], [n]
                         dev = logp.device
                         a = adv[idx].to(dev)
-                        old_logp = old[b][idx].to(dev) if old[b] is not None else logp.detach()
+                        old_logp = old_b[idx].to(dev) if old_b is not None else logp.detach()
                         terms = policy_loss(
                             spec, logp, old_logp, a, row.seq_local.to(dev), weights[idx].to(dev),
                             eps_low=eps_low, eps_high=eps_high,
                             sampler_logp=sampler[idx].to(dev), tis_cap=tis_cap,
-                            ref_logp=ref[b][idx].to(dev) if ref[b] is not None else None, beta=config.beta,
+                            ref_logp=ref_b[idx].to(dev) if ref_b is not None else None, beta=config.beta,
                         )
                         if epoch == 0:  # old_logp is the policy the step started from
                             gap = (sampler[idx].to(dev) - old_logp.detach()).abs()

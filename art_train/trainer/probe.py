@@ -29,7 +29,7 @@ def adapter_logprobs(peft: Any, sequences: list[list[int]], checkpoint: Path | N
 
     def run() -> list[list[float]]:
         causal_lm = peft.get_base_model()
-        out = []
+        out: list[list[float]] = []
         for token_ids in sequences:
             if len(token_ids) < 2:
                 out.append([])

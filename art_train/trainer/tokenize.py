@@ -212,7 +212,7 @@ def check_prefix_preserving(tokenizer: Any, template: str) -> bool:
     """Whether the template renders turn k as a prefix of turn k+1 on a probe conversation with a tool call."""
     tools = [{"type": "function", "function": {"name": "lookup", "description": "d", "parameters": {}}}]
     call = {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": '{"q": "x"}'}}
-    conversation = [
+    conversation: list[dict[str, Any]] = [
         {"role": "system", "content": "s"},
         {"role": "user", "content": "u1"},
         {"role": "assistant", "content": "<think>r</think>a1", "tool_calls": [call]},

@@ -115,7 +115,7 @@ class Trainer:
             torch.manual_seed(config.seed)
             lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
                               target_modules=list(config.target_modules), task_type="CAUSAL_LM")
-            peft = get_peft_model(base, lora)
+            peft: PeftModel = get_peft_model(base, lora)
         else:
             peft = PeftModel.from_pretrained(base, str(self.checkpoints.path(latest)), is_trainable=True)
         optimizer = torch.optim.AdamW([p for p in peft.parameters() if p.requires_grad], lr=1e-5)

@@ -265,7 +265,7 @@ class TransformersEngine:
             if final:
                 remaining[0] -= 1
                 if remaining[0] == 0:
-                    loop.call_soon_threadsafe(lambda: done.done() or done.set_result(None))
+                    loop.call_soon_threadsafe(lambda: None if done.done() else done.set_result(None))
 
         prompt, seqs = await self._submit(request, emit)
         await done

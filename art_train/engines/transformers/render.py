@@ -73,7 +73,7 @@ class Renderer:
             content.append(entry)
         return {"content": content}
 
-    def usage(self, prompt: list[int], seqs: list[Seq]) -> dict[str, int]:
+    def usage(self, prompt: list[int], seqs: list[Seq]) -> dict[str, Any]:
         completion = sum(len(s.tokens) for s in seqs)
         return {"prompt_tokens": len(prompt), "completion_tokens": completion, "total_tokens": len(prompt) + completion,
                 "prompt_tokens_details": {"cached_tokens": max((s.cached for s in seqs), default=0)}}

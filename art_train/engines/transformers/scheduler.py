@@ -22,7 +22,7 @@ from ...hf_compat import cache_kwargs, output_cache
 from ..base import EngineError, SamplingParams
 from ..grammar import mask_logits
 from ..kv import GrowingLayer, drop_leading, grow_in_place, select_rows
-from ..prefix import PrefixCache
+from ..prefix import Entry, PrefixCache
 
 __all__ = ["Batch", "Scheduler", "Seq", "choose", "merge"]
 
@@ -111,7 +111,10 @@ class Scheduler:
                 while True:
                     if item is None:
                         break
-                    (waiting if isinstance(item, Seq) else jobs).append(item)
+                    if isinstance(item, Seq):
+                        waiting.append(item)
+                    else:
+                        jobs.append(item)
                     item = self.incoming.get_nowait()
             except queue.Empty:
                 pass
@@ -159,7 +162,7 @@ class Scheduler:
             (group if current + len(group) < self.max_batch else rest).append(seq)
         for adapter, seqs in by_adapter.items():
             try:
-                model = self.model_for(adapter, busy=set(batches))
+                model = self.model_for(adapter, set(batches))
                 new = self._prefill(model, seqs)
             except Exception as exc:  # noqa: BLE001
                 logger.exception("prefill failed")
@@ -174,7 +177,7 @@ class Scheduler:
 
     def _prefill(self, model: Any, seqs: list[Seq]) -> Batch:
         self.stats["prefills"] += 1
-        hits = [(None, 0)] * len(seqs)
+        hits: list[tuple[Entry | None, int]] = [(None, 0)] * len(seqs)
         if self.prefix is not None:
             for s in seqs:
                 s.generation = self.prefix.generation(s.adapter)
