@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import textwrap
-import time
 
 import pytest
 import torch
 
 import art_core as art
+from tests.support.process import kill_at_marker
 
 CHILD = textwrap.dedent(
     """
@@ -43,21 +39,7 @@ CHILD = textwrap.dedent(
 @pytest.mark.slow
 def test_sigkill_mid_step_then_resume(tiny_model_path, tmp_path) -> None:  # noqa: ANN001
     marker = tmp_path / "marker"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(tiny_model_path), str(tmp_path), str(marker)], env=env
-    )
-    try:
-        deadline = time.time() + 120
-        while not marker.exists():
-            assert proc.poll() is None, "child exited before reaching step 2"
-            assert time.time() < deadline, "child never reached step 2"
-            time.sleep(0.1)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    kill_at_marker(CHILD, [str(tiny_model_path), str(tmp_path), str(marker)], marker, timeout=120)
     rundir = art.RunDir("t", "r", root=tmp_path)
     assert rundir.checkpoint_steps() == [0, 1]  # no half-written checkpoint 2
     saved_opt = torch.load(rundir.checkpoint_path(1) / "optimizer.pt")
