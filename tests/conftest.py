@@ -17,3 +17,15 @@ def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from art_train.models import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.getbasetemp() / "tiny-llama")
+
+
+# The quick tier (`scripts/test.sh --quick`, CONTRIBUTING.md) runs the tests not marked `slow`, `vllm` or
+# `heavy`. A test is `heavy` when it is marked so, or when it uses one of these fixtures: each loads the tiny
+# model or starts a real server, seconds to tens of seconds a test on a 2-core machine.
+HEAVY_FIXTURES = {"tiny_model_path", "tiny_tokenizer", "tiny_family", "art_serve", "served", "run"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if HEAVY_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.heavy)

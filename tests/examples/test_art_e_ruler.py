@@ -70,6 +70,7 @@ def test_groups_have_a_full_true_ranking(groups):
     assert any([t.metadata["variant"] for t in g.trajectories] != list(VARIANTS) for g in groups)  # shuffled
 
 
+@pytest.mark.heavy
 async def test_tau_is_one_for_a_perfect_judge_minus_one_reversed_and_failures_are_dropped(
     built, groups, inbox
 ):

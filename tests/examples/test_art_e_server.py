@@ -15,6 +15,8 @@ from examples.art_e.rollout import InboxServers, rollout, server_params
 from examples.art_e.teacher import spoken, teach, teach_inboxes
 from tests.support.scripted_openai import ScriptedOpenAI
 
+pytestmark = pytest.mark.heavy  # left out of the quick tier: seconds a test (CONTRIBUTING.md)
+
 
 @pytest.fixture(scope="module")
 def inboxes():

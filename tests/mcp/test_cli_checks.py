@@ -15,6 +15,8 @@ import pytest
 from art_mcp.cli import _tasks, autorl_main, server_spec
 from tests.support.scripted_openai import ScriptedOpenAI
 
+pytestmark = pytest.mark.heavy  # left out of the quick tier: seconds a test (CONTRIBUTING.md)
+
 FILE_SERVER = Path(__file__).with_name("file_server.py")
 TASKS = [("Add a row that says hello to the table", 1, ["add_row"]),
          ("Add two rows, one saying a and one saying b", 2, ["add_row"])]

@@ -11,6 +11,8 @@ import pytest
 import art_mcp
 from tests.mcp.conftest import alive
 
+pytestmark = pytest.mark.heavy  # left out of the quick tier: seconds a test (CONTRIBUTING.md)
+
 
 async def _gone(pid: int, within: float = 5.0) -> bool:
     end = time.monotonic() + within

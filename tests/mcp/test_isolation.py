@@ -16,6 +16,8 @@ import pytest
 
 import art_mcp
 
+pytestmark = pytest.mark.heavy  # left out of the quick tier: seconds a test (CONTRIBUTING.md)
+
 MCP2 = importlib.util.find_spec("mcp.server.mcpserver") is not None
 
 ROWS = [sys.executable, str(Path(__file__).with_name("file_server.py"))]

@@ -11,6 +11,8 @@ from art_core import TooManyExceptions, Trajectory, TrajectoryGroup, capture, ga
 
 from .conftest import alive
 
+pytestmark = pytest.mark.heavy  # left out of the quick tier: seconds a test (CONTRIBUTING.md)
+
 
 async def _notes_seen(pool: art_mcp.ServerPool, title: str) -> list[str]:
     """One 'rollout': list the notes it can see, then add its own."""

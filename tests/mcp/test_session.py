@@ -14,6 +14,8 @@ from art_core import Trajectory, assistant_turn, capture
 
 from .conftest import alive, notes_over_http
 
+pytestmark = pytest.mark.heavy  # left out of the quick tier: seconds a test (CONTRIBUTING.md)
+
 
 def _call(id_: str, name: str, args: dict) -> dict:
     return {"id": id_, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}

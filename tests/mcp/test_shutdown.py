@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.heavy  # left out of the quick tier: seconds a test (CONTRIBUTING.md)
+
 SCRIPT = Path(__file__).with_name("hang_script.py")
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -14,6 +14,8 @@ from art_core import Model
 from art_mcp.verified import answer_score, score
 from tests.support.scripted_openai import ScriptedOpenAI
 
+pytestmark = pytest.mark.heavy  # left out of the quick tier: seconds a test (CONTRIBUTING.md)
+
 RANDOM = [sys.executable, str(Path(__file__).with_name("random_server.py"))]
 
 

@@ -10,6 +10,8 @@ import pytest
 
 from art_core.cli_logging import pop_verbose
 
+pytestmark = pytest.mark.heavy  # left out of the quick tier: seconds a test (CONTRIBUTING.md)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # what a CLI run does: set up logging, then load a model with transformers (its "Loading weights"

@@ -138,6 +138,7 @@ def make_large_run(root: Path, steps: int = 100, groups: int = 10, size: int = 1
     return rundir.path
 
 
+@pytest.mark.heavy
 def test_ten_thousand_trajectories_open_one_step_at_a_time(tmp_path: Path) -> None:
     path = make_large_run(tmp_path)
     index = build_report(path, tokens=False)

@@ -19,6 +19,8 @@ from art_core import capture
 from ruler import JudgeError, RulerStats
 from tests.support.scripted_openai import ScriptedOpenAI
 
+pytestmark = pytest.mark.heavy  # left out of the quick tier: seconds a test (CONTRIBUTING.md)
+
 FAULTS = [sys.executable, str(Path(__file__).with_name("fault_server.py"))]
 
 

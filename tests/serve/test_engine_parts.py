@@ -108,6 +108,7 @@ def test_merged_adapter_equals_peft_merge(tiny_model_path: Path, tmp_path: Path)
         load_lora(tmp_path)
 
 
+@pytest.mark.heavy
 def test_float32_cache_attention_is_registered_only_when_used() -> None:
     # importing the engines must not write into transformers' global registries
     code = (
