@@ -28,6 +28,8 @@ if [ "${1:-}" = "--quick" ]; then
 fi
 
 logs=$(mktemp -d)
+t0=$(date +%s)
+took() { echo "test.sh: $1 at $(( $(date +%s) - t0 )) s"; }  # where the time goes, step by step
 trap 'kill $(jobs -p) 2>/dev/null || true' EXIT  # a setup step failed: stop the background installs
 want_vllm=0
 if [ "${ART_SKIP_VLLM:-0}" != "1" ] && [ -f scripts/setup_vllm.sh ]; then want_vllm=1; fi
@@ -38,8 +40,10 @@ fi
 bash scripts/setup_chromium.sh >"$logs/chromium.log" 2>&1 &  # the `art report` browser tests (tests/obs)
 chromium_pid=$!
 ART_WITH_MODELS=1 bash scripts/setup.sh  # with .[models]: the bundled-model tests
+took ".venv ready"
 wait $chromium_pid || { cat "$logs/chromium.log"; echo "test.sh: setup_chromium.sh failed" >&2; exit 1; }
 cat "$logs/chromium.log"
+took "Chromium ready"
 export ART_REQUIRE_BUNDLED="${ART_REQUIRE_BUNDLED:-1}"  # .[models] is installed: the bundled-model tests must run
 if [ $want_vllm = 1 ]; then
   export ART_VLLM_PYTHON="$PWD/.venv-vllm/bin/python"
@@ -51,6 +55,7 @@ finish_vllm_setup() {  # waits for the background install; fails if it failed
   if [ $want_vllm = 1 ]; then
     wait "$vllm_pid" || rc=$?
     cat "$logs/vllm.log"
+    took ".venv-vllm ready (installed in the background)"
     if [ $rc != 0 ]; then echo "test.sh: setup_vllm.sh failed ($rc)" >&2; fi
   fi
   return $rc
@@ -62,16 +67,18 @@ if [ $# -gt 0 ]; then
 fi
 
 mcp1=0
-if [ "${ART_SKIP_MCP1:-0}" != "1" ]; then bash scripts/setup_mcp1.sh; mcp1=1; fi
+if [ "${ART_SKIP_MCP1:-0}" != "1" ]; then bash scripts/setup_mcp1.sh; mcp1=1; took ".venv-mcp1 ready"; fi
 status=0
 "${PYTEST[@]}" -m "not vllm" || status=$?
+took "main tests done"
 if finish_vllm_setup; then
-  if [ $want_vllm = 1 ]; then "${PYTEST[@]}" -m vllm || status=$?; fi
+  if [ $want_vllm = 1 ]; then "${PYTEST[@]}" -m vllm || status=$?; took "vllm tests done"; fi
 else
   status=1
 fi
 if [ $mcp1 = 1 ]; then
   .venv-mcp1/bin/python -m pytest -q -p no:cacheprovider --timeout=900 --durations=10 -m "not slow" \
     tests/mcp tests/graph/test_mcp_adapters.py || status=$?
+  took "mcp 1.x tests done"
 fi
 exit $status
