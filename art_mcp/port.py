@@ -123,8 +123,6 @@ async def generate_scenarios(
     api_key = generator_api_key or os.environ.get("OPENROUTER_API_KEY")
     if not api_key:
         raise ValueError("generator_api_key is required, or set OPENROUTER_API_KEY")
-    if not tools and not resources:
-        raise ValueError("give at least one tool or resource")
     specs: McpSession | list[dict[str, Any]] = tools if isinstance(tools, McpSession) else [_spec(t) for t in tools]
     if not specs:
         raise ValueError("generate_scenarios() needs at least one tool (our generator writes tasks that use tools)")
