@@ -209,17 +209,22 @@ class Ranks:
         if dist.is_initialized():
             raise RuntimeError("train_procs > 1 starts its own torch.distributed process group, and this process "
                                "already has one (launched by torchrun?); run `art serve --train-procs N` instead")
-        store = dist.TCPStore("127.0.0.1", 0, self.world, is_master=True, wait_for_workers=False, timeout=self.timeout)
-        env = {**os.environ, "WORLD_SIZE": str(self.world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store.port),
-               "ART_TRAIN_DEVICE": self.device, "ART_TRAIN_TIMEOUT_S": str(self.timeout.total_seconds())}
+        store = dist.TCPStore("127.0.0.1", 0, self.world, is_master=True, wait_for_workers=False,
+                              timeout=self.timeout)
+        env = {**os.environ, "WORLD_SIZE": str(self.world), "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": str(store.port), "ART_TRAIN_DEVICE": self.device,
+               "ART_TRAIN_TIMEOUT_S": str(self.timeout.total_seconds())}
         cpus = max(1, (os.cpu_count() or 1) // self.world)
-        main = "from art_train.trainer.distributed import serve_rank; serve_rank()"  # not -m: one module, one Step class
-        self._procs = [subprocess.Popen([sys.executable, "-c", main], env={**env, "RANK": str(r), "OMP_NUM_THREADS": str(cpus)})
+        main = "from art_train.trainer.distributed import serve_rank; serve_rank()"  # not -m: one Step class
+        self._procs = [subprocess.Popen([sys.executable, "-c", main],
+                                        env={**env, "RANK": str(r), "OMP_NUM_THREADS": str(cpus)})
                        for r in range(1, self.world)]
+        deadline = time.monotonic() + self.timeout.total_seconds()
         while not store.check([f"art/up/{r}" for r in range(1, self.world)]):  # a rank that dies at import: say so
-            if dead := self._dead():
+            if (dead := self._dead()) or time.monotonic() > deadline:
                 self._teardown()
-                raise RankFailedError(f"trainer {dead} before joining the process group (see its log above)")
+                raise RankFailedError(f"trainer {dead or 'ranks did not start in time'} before joining the process "
+                                      "group (see their log above)")
             time.sleep(0.05)
         try:
             dist.init_process_group(_backend(self.device), store=store, rank=0, world_size=self.world,

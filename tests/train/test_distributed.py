@@ -108,6 +108,16 @@ def test_rank_shares_sum_to_the_one_rank_gradient(tiny_model_path: Path, tmp_pat
         assert float((whole - parts).abs().max()) <= 1e-6 * float(whole.abs().max())  # measured ~3e-7
 
 
+def test_art_serve_takes_train_procs() -> None:
+    from art_train.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["serve"]).train_procs == 1
+    assert parser.parse_args(["serve", "--train-procs", "2"]).train_procs == 2
+    with pytest.raises(SystemExit):
+        parser.parse_args(["serve", "--train-procs", "0"])
+
+
 # -- 2 ranks against 1 ----------------------------------------------------------------------------
 
 class TestTwoRanks:
@@ -222,7 +232,8 @@ async def test_local_backend_with_two_train_procs_trains_and_serves(tiny_model_p
             return traj
 
         groups = await art.gather_trajectory_groups(
-            [art.TrajectoryGroup(rollout(g * 4 + i) for i in range(4)) for g in range(2)], show_progress=False)
+            [art.TrajectoryGroup(rollout(g * 4 + i) for i in range(4)) for g in range(2)],
+            show_progress=False)
         result = await model.train(groups, config=art.TrainConfig(learning_rate=5e-2), verbose=False)
         assert result.step == 1
         assert result.metrics["weight_sync/max_abs_diff"] < 2e-3
