@@ -1,7 +1,7 @@
 """The trainer as N ranks of one torch.distributed process group (`BackendConfig(train_procs=N)`).
 
 Rank 0 is the service's process and its `Trainer`. Ranks 1..N-1 are child processes started with
-the environment torchrun gives (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) that run `serve_rank`;
+the environment torchrun gives (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) that run `rank.serve_rank`;
 the group is gloo on CPU, NCCL on CUDA (rank r on ``cuda:r``). Rank 0 tells them what to do with
 `broadcast_object_list` of one small command, on a gloo group with a long timeout (`IDLE`: they wait
 between steps for as long as rollouts take):
@@ -43,9 +43,8 @@ from .packing import Row
 if TYPE_CHECKING:
     from art_core import RunDir, TrajectoryGroup
 
-    from .trainer import Trainer
-
-__all__ = ["RankFailedError", "Ranks", "Worker", "reduce_values", "serve_rank", "shard_row_groups", "sum_grads"]
+__all__ = ["IDLE", "RankFailedError", "Ranks", "Register", "Step", "Stop", "Worker", "backend", "broadcast_params",
+           "rank_device", "reduce_values", "shard_row_groups", "sum_grads"]
 
 logger = logging.getLogger(__name__)
 
@@ -157,11 +156,12 @@ class Worker:
     world: int
 
 
-def _backend(device: str) -> str:
-    return "nccl" if device.startswith("cuda") else "gloo"
+def backend(device: str) -> str:
+    """gloo on CPU; on CUDA, NCCL for the tensors on the GPU and gloo for the metrics (CPU tensors)."""
+    return "cpu:gloo,cuda:nccl" if device.startswith("cuda") else "gloo"
 
 
-def _rank_device(device: str, rank: int) -> str:
+def rank_device(device: str, rank: int) -> str:
     return f"cuda:{rank}" if device.startswith("cuda") else device
 
 
@@ -215,7 +215,7 @@ class Ranks:
                "MASTER_PORT": str(store.port), "ART_TRAIN_DEVICE": self.device,
                "ART_TRAIN_TIMEOUT_S": str(self.timeout.total_seconds())}
         cpus = max(1, (os.cpu_count() or 1) // self.world)
-        main = "from art_train.trainer.distributed import serve_rank; serve_rank()"  # not -m: one Step class
+        main = "from art_train.trainer.rank import serve_rank; serve_rank()"  # not -m: one Step class
         self._procs = [subprocess.Popen([sys.executable, "-c", main],
                                         env={**env, "RANK": str(r), "OMP_NUM_THREADS": str(cpus)})
                        for r in range(1, self.world)]
@@ -227,7 +227,7 @@ class Ranks:
                                       "group (see their log above)")
             time.sleep(0.05)
         try:
-            dist.init_process_group(_backend(self.device), store=store, rank=0, world_size=self.world,
+            dist.init_process_group(backend(self.device), store=store, rank=0, world_size=self.world,
                                     timeout=self.timeout)
         except Exception:
             self._teardown()
@@ -260,7 +260,7 @@ class Ranks:
             dist.destroy_process_group()
 
     @contextmanager
-    def step(self, trainer: Trainer, kind: str, step: int, groups: list[TrajectoryGroup],
+    def step(self, trainer: Any, kind: str, step: int, groups: list[TrajectoryGroup],
              config: BaseModel) -> Iterator[None]:
         """Send step `step` to ranks 1..world-1 (started, and `trainer`'s model registered, first if need
         be); rank 0 runs its share inside the block. An error in the block, or a rank that died, stops
@@ -305,45 +305,3 @@ class Ranks:
             except Exception:  # noqa: BLE001 - a rank already gone or stuck: killed below
                 logger.warning("trainer ranks did not stop cleanly; killing them")
             self._teardown()
-
-
-# -- ranks 1..N-1 -----------------------------------------------------------------------------------
-
-def serve_rank() -> None:
-    """A worker rank's life: join the group, then follow rank 0's commands until `Stop` (or rank 0 is gone)."""
-    from art_core import TrainableModel, TrajectoryGroup
-
-    from .trainer import STEPS, Trainer
-
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    logging.basicConfig(level=logging.WARNING, format=f"[train rank {rank}] %(levelname)s %(name)s: %(message)s")
-    timeout = datetime.timedelta(seconds=float(os.environ["ART_TRAIN_TIMEOUT_S"]))
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False, timeout=timeout)
-    store.set(f"art/up/{rank}", "1")
-    trainers: dict[str, Trainer] = {}
-    device = _rank_device(os.environ["ART_TRAIN_DEVICE"], rank)
-    if device.startswith("cuda"):
-        torch.cuda.set_device(device)
-    dist.init_process_group(_backend(device), store=store, rank=rank, world_size=world, timeout=timeout)
-    commands = dist.new_group(backend="gloo", timeout=IDLE)
-    while True:
-        box: list[Any] = [None]
-        dist.broadcast_object_list(box, src=0, group=commands)
-        command = box[0]
-        if isinstance(command, Stop):
-            break
-        if isinstance(command, Register):
-            trainer = Trainer(TrainableModel.model_validate_json(command.model), command.rundir, base_path=command.base_path, device=device,
-                              ranks=Worker(rank, world))
-            if trainer.step != command.step:
-                raise RuntimeError(f"rank {rank}: the newest checkpoint of {command.key} is {trainer.step}, "
-                                   f"rank 0 is at {command.step}")
-            broadcast_params(trainer.policy.params())
-            trainers[command.key] = trainer
-        elif isinstance(command, Step):
-            groups = [TrajectoryGroup.model_validate_json(g) for g in command.groups]
-            config = STEPS[command.kind][0].model_validate_json(command.config)
-            trainers[command.key].follow(command.kind, command.step, groups, config)  # type: ignore[arg-type]
-        else:
-            raise TypeError(f"rank {rank}: unknown command {command!r}")
-    dist.destroy_process_group()
