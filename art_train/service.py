@@ -98,6 +98,7 @@ class ModelService:
         self._entries: dict[str, _Entry] = {}
         self._engines: dict[tuple[str, str, str], Engine] = {}
         self._register_lock = asyncio.Lock()
+        self._ranks: Any = None  # trainer.distributed.Ranks with train_procs > 1, made with the first trainer
 
     # -- registration --------------------------------------------------------------------------
     async def _engine_for(self, model: Model) -> Engine:
@@ -153,7 +154,8 @@ class ModelService:
                 entry.rundir.write_model(model.model_dump(mode="json"))
                 from .trainer import Trainer  # torch: only once a trainable model registers
 
-                entry.trainer = await asyncio.to_thread(Trainer, model, entry.rundir, device=self.config.device)
+                entry.trainer = await asyncio.to_thread(Trainer, model, entry.rundir, device=self.config.device,
+                                                        ranks=self._trainer_ranks())
                 # a step journalled by a process that died mid-step is finished now, from its saved
                 # trajectories: the served step is then the newest complete one and get_step() is right
                 resumed = await asyncio.to_thread(entry.trainer.resume_pending)
@@ -169,6 +171,17 @@ class ModelService:
             self._entries[model.name] = entry
             logger.info("registered %s (%s) at step %s", model.name, model.base_model, entry.step)
             return entry
+
+    def _trainer_ranks(self) -> Any:
+        """The trainer's ranks 1..N-1 (one group for every model; started with the first step), or None."""
+        if self.config.train_procs > 1 and self._ranks is None:
+            import torch
+
+            from .trainer.distributed import Ranks
+
+            device = self.config.device or ("cuda" if torch.cuda.is_available() else "cpu")
+            self._ranks = Ranks(self.config.train_procs, device)
+        return self._ranks
 
     def entry(self, name: str) -> _Entry:
         entry = self._entries.get(name)
@@ -340,6 +353,8 @@ class ModelService:
     async def close(self) -> None:
         for trainer in [e.trainer for e in self._entries.values() if e.trainer is not None]:
             await asyncio.to_thread(trainer.close)  # the last checkpoint on disk first
+        if self._ranks is not None:
+            await asyncio.to_thread(self._ranks.stop)
         for engine in self._engines.values():
             try:
                 await engine.stop()
