@@ -39,6 +39,7 @@ from .engines import bundled_engine
 from .engines.base import ChatRequest, Engine, EngineError
 from .errors import ServiceError, WeightSyncError
 from .gate import Gate
+from .malloc import limit_malloc_arenas
 from .swap import Swap, sync_tolerance
 from .validate import check_train_groups, vocab_size, with_model_defaults
 
@@ -98,6 +99,7 @@ class ModelService:
         self._entries: dict[str, _Entry] = {}
         self._engines: dict[tuple[str, str, str], Engine] = {}
         self._register_lock = asyncio.Lock()
+        limit_malloc_arenas()  # a long run's RSS then stays near its working set (art_train/malloc.py)
         self._ranks: Any = None  # trainer.distributed.Ranks with train_procs > 1, made with the first trainer
 
     # -- registration --------------------------------------------------------------------------
