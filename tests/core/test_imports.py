@@ -26,6 +26,7 @@ def test_art_core_public_surface_is_pinned():
         "trajectory_group_batches",  # OpenPipe ART's pipelined loop
         "SFTBatch", "SFTDataError", "iterate_sft", "learning_rate_at", "load_sft_jsonl", "mask_turns",
         "validate_sft_record", "write_sft_jsonl",  # SFT data files (art_core.sft_data)
+        "VLLMConfig",  # ModelConfig.vllm: how the vllm engine starts vLLM
     ])
     for name in art_core.__all__:
         assert hasattr(art_core, name), name
