@@ -13,6 +13,14 @@ def test_art_core_imports_no_heavy_dependency():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_no_package_imports_ray_unless_a_gather_asks():
+    code = (
+        "import sys, art_core, art_core.ray_gather, art_train, art_train.service, art_train.engines.vllm_engine, "
+        "art_graph, art_mcp, ruler; assert 'ray' not in sys.modules, 'ray imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_art_core_public_surface_is_pinned():
     assert sorted(art_core.__all__) == sorted([
         "Backend", "BackendError", "CapturingTransport", "DatasetBatch", "History", "Model", "ModelConfig",
