@@ -142,14 +142,14 @@ async def gather_trajectory_groups(
             max_exceptions=2,
         )
     """
+    if executor not in ("local", "ray"):
+        raise ValueError(f"executor must be 'local' or 'ray', got {executor!r}")
     groups = list(groups)
     pending = [g.take_pending() for g in groups]
     if executor == "ray":
         from .ray_gather import ray_rollouts
 
         pending = ray_rollouts(pending, ray_options)
-    elif executor != "local":
-        raise ValueError(f"executor must be 'local' or 'ray', got {executor!r}")
     total = sum(len(p) for p in pending)
     sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
     tally = _Tally(total, max_exceptions, pbar_desc, show_progress)

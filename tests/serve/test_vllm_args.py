@@ -95,3 +95,23 @@ def test_bad_settings_are_refused_by_name(settings: dict[str, object], message: 
 def test_max_lora_rank_below_the_lora_rank_is_refused() -> None:
     with pytest.raises(ValidationError, match="vllm.max_lora_rank=8 is below lora_rank=16.*set vllm.max_lora_rank to 16"):
         ModelConfig(lora_rank=16, vllm=VLLMConfig(max_lora_rank=8))
+
+
+async def test_a_model_whose_settings_differ_from_the_shared_engines_is_warned(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from art_core import TrainableModel
+    from art_train.config import BackendConfig
+    from art_train.service import ModelService
+
+    base = tmp_path / "base"  # a model folder by its config.json; nothing is loaded
+    base.mkdir()
+    (base / "config.json").write_text("{}")
+    service = ModelService(BackendConfig(path=tmp_path / "runs", engine="vllm"))
+    first = VLLMEngine(base, model_config=ModelConfig(), python="py")
+    service._engines[(str(base), "vllm", "auto")] = first  # as if the first model had started it
+    same = TrainableModel(name="a", base_model=str(base), config=ModelConfig())
+    assert await service._engine_for(same) is first and "not applied" not in caplog.text
+    other = TrainableModel(name="b", base_model=str(base), config=ModelConfig(vllm=VLLMConfig(max_loras=8)))
+    assert await service._engine_for(other) is first
+    assert "model b: its vllm settings are not applied" in caplog.text and "{}" in caplog.text
