@@ -124,7 +124,13 @@ class ModelService:
                 raise ServiceError(str(exc)) from exc
             await engine.start()
             self._engines[key] = engine
-        return self._engines[key]
+        engine = self._engines[key]
+        wanted = getattr(config, "vllm", None)
+        if wanted is not None and getattr(engine, "settings", wanted) != wanted:  # a shared vLLM engine
+            logger.warning("model %s: its vllm settings are not applied; the vLLM engine for %s was started with "
+                           "%s by the model registered on it first", model.name, model.base_model,
+                           engine.settings.model_dump(exclude_defaults=True))  # type: ignore[attr-defined]
+        return engine
 
     async def register(self, model: Model) -> _Entry:
         """Set up serving (and for a trainable model, its trainer and newest checkpoint)."""

