@@ -56,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "bfloat16 on GPUs and on CPUs with native bfloat16, else float32)")
     s.add_argument("--sync-probe-tokens", type=_count, default=BackendConfig.model_fields["sync_probe_tokens"].default,
                    help="trained tokens in each step's weight-sync probe (default %(default)s; 0: fixed probe and identity only)")
+    s.add_argument("--replicas", type=int, default=1,
+                   help="engine replicas behind the endpoint, each its own process (default 1: one engine in this "
+                        "process, or one vLLM server); see docs/serving.md, 'Replicas'")
     s.add_argument("--max-request-mb", type=float, default=256,
                    help="largest request body accepted, in MB (default 256); larger ones get a 413")
     s.add_argument("--log-level", default="info")
@@ -101,7 +104,7 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     service = ModelService(BackendConfig(path=args.path, engine=args.engine, device=args.device, port=args.port,
                                          vllm_python=args.vllm_python, engine_dtype=args.engine_dtype,
-                                         sync_probe_tokens=args.sync_probe_tokens))
+                                         sync_probe_tokens=args.sync_probe_tokens, replicas=args.replicas))
     app = create_app(service, api_key=args.api_key, max_body_bytes=int(args.max_request_mb * 2**20))
 
     @app.on_event("shutdown")

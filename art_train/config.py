@@ -57,3 +57,12 @@ class BackendConfig(BaseModel):
         ),
     )
     port: int = Field(0, ge=0, le=65535, description="Port of the OpenAI endpoint; 0 picks a free one.")
+    replicas: int = Field(
+        1,
+        ge=1,
+        description=(
+            "Engine replicas per base model behind the one endpoint, each its own local process (the "
+            "transformers engine in a worker process, or a vLLM server); 1 serves from one engine as before. "
+            "See docs/serving.md, 'Replicas'."
+        ),
+    )
