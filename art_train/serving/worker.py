@@ -21,6 +21,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
 __all__ = ["create_worker_app", "request_from_json", "request_to_json"]
 
 logger = logging.getLogger(__name__)
@@ -39,11 +42,8 @@ def request_from_json(data: dict[str, Any]) -> Any:
     return ChatRequest(**{**data, "sampling": SamplingParams(**sampling)})
 
 
-def create_worker_app(engine: Any, key: str) -> Any:
+def create_worker_app(engine: Any, key: str) -> FastAPI:
     """The worker's FastAPI app around a started `engine`."""
-    from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse, StreamingResponse
-
     from ..engines.base import EngineError
 
     app = FastAPI(docs_url=None, redoc_url=None)
