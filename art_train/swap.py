@@ -21,9 +21,9 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, runtime_checkable
 
 from art_core import ModelConfig, RunDir
