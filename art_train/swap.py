@@ -34,8 +34,8 @@ from .gate import Gate
 from .weight_sync import discriminate
 from .weight_sync import sync_tolerance as weight_sync_tolerance
 
-__all__ = ["DRIFT_WARNING", "Replicated", "Swap", "TrainerSide", "drift_limit", "fixed_probe", "probe_budget", "sync_tolerance",
-           "warn_drift"]
+__all__ = ["DRIFT_WARNING", "Replicated", "Swap", "TrainerSide", "drift_limit", "fixed_probe", "probe_budget",
+           "sync_tolerance", "warn_drift"]
 
 logger = logging.getLogger(__name__)
 
