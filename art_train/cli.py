@@ -22,6 +22,13 @@ def _count(text: str) -> int:
     return int(text)
 
 
+def _replicas(text: str) -> int:
+    """An argparse type: a whole number >= 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1 (1: one engine, as without --replicas)")
+    return int(text)
+
+
 def _loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -56,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "bfloat16 on GPUs and on CPUs with native bfloat16, else float32)")
     s.add_argument("--sync-probe-tokens", type=_count, default=BackendConfig.model_fields["sync_probe_tokens"].default,
                    help="trained tokens in each step's weight-sync probe (default %(default)s; 0: fixed probe and identity only)")
-    s.add_argument("--replicas", type=int, default=1,
+    s.add_argument("--replicas", type=_replicas, default=1,
                    help="engine replicas behind the endpoint, each its own process (default 1: one engine in this "
                         "process, or one vLLM server); see docs/serving.md, 'Replicas'")
     s.add_argument("--max-request-mb", type=float, default=256,

@@ -69,6 +69,16 @@ def test_session_key_is_the_trajectory_id_else_the_conversations_first_messages(
     assert session_key(None, turn1) == session_key(None, turn2) != session_key(None, [{"role": "user", "content": "x"}])
 
 
+def test_art_serve_takes_replicas_and_rejects_zero(capsys: pytest.CaptureFixture[str]) -> None:
+    from art_train.cli import build_parser, main
+
+    assert build_parser().parse_args(["serve", "--replicas", "3"]).replicas == 3
+    assert build_parser().parse_args(["serve"]).replicas == BackendConfig().replicas == 1
+    with pytest.raises(SystemExit) as exc:
+        main(["serve", "--replicas", "0"])
+    assert exc.value.code == 2 and "'0' is not a whole number >= 1" in capsys.readouterr().err
+
+
 # -- the replica set on fake engines -----------------------------------------------------------------
 class _Mortal(FunctionEngine):
     """A fake replica whose process can 'die': every call then raises `EngineUnavailable`."""
@@ -202,6 +212,35 @@ async def test_when_no_replica_serves_the_adapter_a_request_waits_then_gets_a_50
             await replicas.chat(_request("q", adapter="m@9"))
     finally:
         await replicas.stop()
+
+
+async def test_the_service_serves_replicas_over_http_with_the_trajectory_header_and_per_replica_metrics() -> None:
+    import openai
+
+    from art_train.server import create_app
+    from art_train.service import ModelService
+    from tests.support.net import serve_in_thread
+
+    made: list[FunctionEngine] = []
+
+    def make(model: art.Model) -> FunctionEngine:
+        made.append(FunctionEngine(lambda m: "ok", delay=0.05))
+        return made[-1]
+
+    service = ModelService(BackendConfig(replicas=2), make_engine=make)
+    await service.register(art.Model(name="judge", base_model="fake"))
+    with serve_in_thread(create_app(service)) as url:
+        client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x")
+        await asyncio.gather(*(client.chat.completions.create(
+            model="judge", messages=[{"role": "user", "content": f"q{i}"}], extra_headers={"X-ART-Trajectory": f"t{i}"})
+            for i in range(6)))
+        assert len(made) == 2 and [len(e.requests) for e in made] == [3, 3]
+        assert sorted(r.session for e in made for r in e.requests) == [f"t{i}" for i in range(6)]
+        text = httpx.get(f"{url}/metrics").text
+        assert 'art_replica_requests_total{engine="fake",replica="0"} 3.0' in text
+        assert 'art_replica_up{engine="fake",replica="1"} 1.0' in text
+    await service.close()
+    assert all(e.stopped for e in made)
 
 
 # -- real: two embedded-engine worker processes on the tiny model -------------------------------------
