@@ -243,6 +243,111 @@ async def test_the_service_serves_replicas_over_http_with_the_trajectory_header_
     assert all(e.stopped for e in made)
 
 
+# -- the swap over replicas, on fakes: per-replica check, take-out, rejoin ------------------------------
+class _Trainer:
+    """The trainer's side of the check: checkpoint k gives every probe token logprob -k."""
+
+    def trained_ids(self, step: int) -> list[list[int]]:
+        return []
+
+    def sequences_logprobs(self, sequences: list[list[int]], step: int | None = None,
+                           dtype: str | None = None) -> list[list[float]]:
+        return [[-float(step or 0)] * (len(s) - 1) for s in sequences]
+
+    def adapter_fingerprint(self, step: int | None = None) -> str:
+        return f"fp{step}"
+
+    def wait_saved(self) -> None:
+        pass
+
+    def adapter_pairs(self, step: int) -> None:
+        return None
+
+
+class _Served(_Mortal):
+    """Serves checkpoint k as the trainer does, or (stale) always checkpoint 0's weights."""
+
+    def __init__(self, stale: bool = False) -> None:
+        super().__init__()
+        self.stale = stale
+
+    async def sequences_logprobs(self, sequences: list[list[int]], adapter: str | None) -> list[list[float]]:
+        assert adapter is None or adapter in self.adapters, f"{adapter} is not loaded"
+        step = 0 if self.stale or adapter is None else int(adapter.rpartition("@")[2])
+        return [[-float(step)] * (len(s) - 1) for s in sequences]
+
+
+async def _swap_over(stale: list[bool], tmp_path: Path) -> tuple[Any, ReplicaSet, list[_Served]]:
+    from art_core import RunDir
+    from art_train.gate import Gate
+    from art_train.swap import Swap
+
+    launched: list[_Served] = []
+
+    async def launch(index: int) -> Engine:
+        engine = _Served(stale=stale[len(launched)] if len(launched) < len(stale) else False)
+        launched.append(engine)
+        return engine
+
+    replicas = ReplicaSet(launch, 2, wait_s=5)
+    await replicas.start()
+    rundir = RunDir("p", "m", tmp_path)
+    for step in (0, 1):
+        rundir.checkpoint_path(step).mkdir(parents=True)
+    swap = Swap(name="m", rundir=rundir, engine=replicas, trainer=_Trainer(), probe=[1, 2, 3, 4, 5], tolerance=1e-3,
+                probe_tokens=0, gate=Gate())
+    await swap.load_and_verify(0)
+    swap.step = 0
+    return swap, replicas, launched
+
+
+async def test_each_replica_is_checked_a_stale_one_is_taken_out_and_rejoins_verified(tmp_path: Path) -> None:
+    swap, replicas, engines = await _swap_over([False, True], tmp_path)  # replica 1 loads but serves step 0
+    try:
+        metrics = await swap.after_step(1, {})
+        assert metrics["weight_sync/replica_0/ok"] == 1.0 and metrics["weight_sync/replica_1/ok"] == 0.0
+        assert metrics["weight_sync/replicas"] == 2.0 and metrics["weight_sync/replicas_ok"] == 1.0
+        assert swap.step == 1 and replicas.replicas[1].failures == 1
+        answers = await asyncio.gather(*(replicas.chat(_request(f"q{i}", adapter="m@1")) for i in range(4)))
+        assert len(answers) == 4 and not any(r.adapter == "m@1" for r in engines[1].requests)  # never the stale one
+        for _ in range(100):
+            if replicas.replicas[1].up:
+                break
+            await asyncio.sleep(0.02)
+        assert replicas.replicas[1].up and replicas.replicas[1].engine is engines[2]  # a fresh one, verified
+        assert replicas.replicas[1].adapters == {"m@0", "m@1"} and set(engines[2].adapters) == {"m@0", "m@1"}
+    finally:
+        await replicas.stop()
+
+
+async def test_a_restarted_replica_that_fails_the_check_stays_out(tmp_path: Path) -> None:
+    swap, replicas, engines = await _swap_over([False, False, True, True], tmp_path)
+    try:
+        await swap.after_step(1, {})
+        engines[1].dead = True  # replica 1 dies; its next two launches serve stale weights
+        await asyncio.sleep(1.5)  # the monitor notices, the restart's rejoin check fails (then backs off)
+        r1 = replicas.replicas[1]
+        assert r1.failures == 1 and not r1.up and r1.restarts == 0 and len(engines) >= 3
+        await replicas.chat(_request("q", adapter="m@1"))  # served by replica 0 meanwhile
+    finally:
+        await replicas.stop()
+
+
+async def test_when_every_replica_fails_the_check_the_step_fails_and_the_previous_stays_served(tmp_path: Path) -> None:
+    from art_train.errors import WeightSyncError
+
+    swap, replicas, engines = await _swap_over([False, False], tmp_path)
+    try:
+        for e in engines:
+            e.stale = True
+        with pytest.raises(WeightSyncError, match="weight-sync check failed for m@1"):
+            await swap.after_step(1, {})
+        assert swap.step == 0 and all(r.up and r.adapters == {"m@0"} for r in replicas.replicas)
+        assert all("m@1" not in e.adapters for e in engines)
+    finally:
+        await replicas.stop()
+
+
 # -- real: two embedded-engine worker processes on the tiny model -------------------------------------
 async def test_two_worker_replicas_spread_verify_each_step_and_survive_a_sigkill(
     tiny_model_path: Path, tmp_path: Path
