@@ -116,7 +116,19 @@ async def _serve(args: argparse.Namespace, key: str) -> None:
     await engine.start()  # the model is loaded before the port opens: /health answering means ready
     server = uvicorn.Server(uvicorn.Config(create_worker_app(engine, key), host="127.0.0.1", port=args.port,
                                            log_level="warning", lifespan="off"))
-    await server.serve()
+    parent = os.getppid()
+
+    async def orphaned() -> None:  # the server that started it was killed: leave no stray worker behind
+        while os.getppid() == parent:
+            await asyncio.sleep(2.0)
+        logger.warning("the process that started this worker (pid %d) is gone; exiting", parent)
+        server.should_exit = True
+
+    watch = asyncio.create_task(orphaned())
+    try:
+        await server.serve()
+    finally:
+        watch.cancel()
 
 
 def main(argv: list[str] | None = None) -> None:
