@@ -12,7 +12,7 @@ from .capture import (
     record_tool_result,
     sample_from_choice,
 )
-from .config import ModelConfig, SFTConfig, TrainConfig
+from .config import ModelConfig, SFTConfig, TrainConfig, VLLMConfig
 from .dataset import DatasetBatch, iterate_dataset
 from .evaluation import Comparison, EvalResult, PeriodicEval, compare, evaluate
 from .gather import TooManyExceptions, gather_trajectories, gather_trajectory_groups, trajectory_group_batches
@@ -71,6 +71,7 @@ __all__ = [
     "TrainableModel",
     "Trajectory",
     "TrajectoryGroup",
+    "VLLMConfig",
     "__version__",
     "assistant_turn",
     "atomic_write_bytes",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 LossName = Literal["grpo", "dr_grpo", "dapo", "gspo", "cispo"]
 
@@ -106,6 +106,44 @@ class SFTConfig(BaseModel):
     overlong: Literal["truncate", "drop"] = Field("truncate", description="What to do with longer sequences.")
 
 
+class VLLMConfig(BaseModel):
+    """How the `vllm` engine starts vLLM: parallelism, memory and LoRA slots (`ModelConfig.vllm`).
+
+    The defaults start vLLM as ART always has; a field left at its default adds nothing to the
+    command line, so vLLM's own default applies.
+
+    Example:
+        ModelConfig(engine="vllm", vllm=VLLMConfig(tensor_parallel_size=2, gpu_memory_utilization=0.5))
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    tensor_parallel_size: int = Field(1, ge=1, description="GPUs (or CPU ranks) each copy of the model is split across.")
+    data_parallel_size: int = Field(1, ge=1, description="Copies of the model vLLM serves behind its one port.")
+    gpu_memory_utilization: float | None = Field(
+        None, gt=0, le=1, description="Share of each GPU's memory vLLM may take (weights and KV cache); None: vLLM's 0.9."
+    )
+    max_loras: int = Field(4, ge=1, description="Adapters vLLM holds in one batch.")
+    max_lora_rank: int | None = Field(
+        None, description="Largest LoRA rank vLLM accepts, a power of two; None: `lora_rank` rounded up, at least 8."
+    )
+    enable_sleep_mode: bool = Field(
+        False, description="Start vLLM with --enable-sleep-mode (GPU only): it can free its memory between steps."
+    )
+    extra_args: list[str] = Field(
+        default_factory=list,
+        description="More vLLM command-line arguments, appended last (vLLM takes the last of a repeated flag).",
+    )
+
+    @field_validator("max_lora_rank")
+    @classmethod
+    def _power_of_two(cls, rank: int | None) -> int | None:
+        if rank is not None and (rank < 1 or rank & (rank - 1)):
+            up = 1 << (max(rank, 1) - 1).bit_length()
+            raise ValueError(f"vLLM takes a power of two for max_lora_rank, got {rank}; use {up}")
+        return rank
+
+
 class ModelConfig(BaseModel):
     """How the backend sets up a trainable model: the LoRA, the engine, numerics."""
 
@@ -132,6 +170,7 @@ class ModelConfig(BaseModel):
     )
     max_seq_len: int = Field(4096, ge=16, description="Longest sequence served or trained.")
     engine: Literal["transformers", "vllm"] = Field("transformers", description="Inference engine.")
+    vllm: VLLMConfig = Field(default_factory=VLLMConfig, description="How the `vllm` engine starts vLLM.")
     chat_template: str | None = Field(
         None, description="A Jinja chat template (text, or a name from TRL's chat_templates) to use instead of the tokenizer's."
     )
@@ -155,3 +194,12 @@ class ModelConfig(BaseModel):
             "reward_mean of the split-'val' rows logged for a step. Steps never evaluated are never 'best'."
         ),
     )
+
+    @model_validator(mode="after")
+    def _lora_fits_vllm(self) -> ModelConfig:
+        rank = self.vllm.max_lora_rank
+        if rank is not None and rank < self.lora_rank:
+            up = 1 << (self.lora_rank - 1).bit_length()
+            raise ValueError(f"vllm.max_lora_rank={rank} is below lora_rank={self.lora_rank}: vLLM would refuse the "
+                             f"adapter; set vllm.max_lora_rank to {up} or leave it None")
+        return self

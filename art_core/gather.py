@@ -6,8 +6,8 @@ import asyncio
 import inspect
 import logging
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal
 
 from rich.progress import (
     BarColumn,
@@ -27,6 +27,9 @@ AfterEach = Callable[
     [TrajectoryGroup],
     TrajectoryGroup | None | list[TrajectoryGroup] | Awaitable[TrajectoryGroup | None | list[TrajectoryGroup]],
 ]
+
+
+Executor = Literal["local", "ray"]
 
 
 class TooManyExceptions(RuntimeError):
@@ -114,6 +117,8 @@ async def gather_trajectory_groups(
     show_progress: bool = True,
     pbar_total_completion_tokens: bool | None = None,
     max_metrics: int | None = None,
+    executor: Executor = "local",
+    ray_options: Mapping[str, Any] | None = None,
 ) -> list[TrajectoryGroup]:
     """Finish every group's rollouts, at most `max_concurrency` at a time, in the order given.
 
@@ -124,6 +129,12 @@ async def gather_trajectory_groups(
     ``pbar_total_completion_tokens`` and ``max_metrics`` (OpenPipe ART's progress-bar options) are
     accepted and do nothing.
 
+    ``executor="ray"`` runs each rollout as a Ray task (``pip install 'art-rl[ray]'``): the rollout
+    function (defined at module level) and its arguments go to a Ray worker, which reaches the model's
+    endpoint over HTTP; results, exceptions, `after_each` and progress are handled here as for local
+    rollouts. Ray starts locally with 2 CPUs unless it is initialised or ``RAY_ADDRESS`` names a
+    cluster; `ray_options` go to each task's ``.options()`` (e.g. ``{"num_cpus": 0.5}``).
+
     Example:
         groups = await gather_trajectory_groups(
             (TrajectoryGroup(rollout(model, t) for _ in range(8)) for t in tasks),
@@ -131,8 +142,14 @@ async def gather_trajectory_groups(
             max_exceptions=2,
         )
     """
+    if executor not in ("local", "ray"):
+        raise ValueError(f"executor must be 'local' or 'ray', got {executor!r}")
     groups = list(groups)
     pending = [g.take_pending() for g in groups]
+    if executor == "ray":
+        from .ray_gather import ray_rollouts
+
+        pending = ray_rollouts(pending, ray_options)
     total = sum(len(p) for p in pending)
     sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
     tally = _Tally(total, max_exceptions, pbar_desc, show_progress)
@@ -175,8 +192,11 @@ async def gather_trajectories(
     max_concurrency: int | None = None,
     pbar_desc: str = "gather",
     show_progress: bool = True,
+    executor: Executor = "local",
+    ray_options: Mapping[str, Any] | None = None,
 ) -> list[Trajectory]:
-    """Finish independent rollouts; failures within `max_exceptions` are logged and left out."""
+    """Finish independent rollouts; failures within `max_exceptions` are logged and left out.
+    `executor`, `ray_options`: as in `gather_trajectory_groups`."""
     group = TrajectoryGroup(trajectories)
     [group] = await gather_trajectory_groups(
         [group],
@@ -184,6 +204,8 @@ async def gather_trajectories(
         max_concurrency=max_concurrency,
         pbar_desc=pbar_desc,
         show_progress=show_progress,
+        executor=executor,
+        ray_options=ray_options,
     )
     return group.trajectories
 

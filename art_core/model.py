@@ -58,6 +58,18 @@ class Model(BaseModel):
         if self.trainable:  # an app's own chat model that names it gets its sampled ids back (samples.py)
             note_trainable(reg.base_url, reg.served_name, reg.api_key)
 
+    def __getstate__(self) -> dict[Any, Any]:
+        # pickled (e.g. into a Ray worker) the model is its endpoint: the backend and loggers stay here
+        state: dict[Any, Any] = super().__getstate__()
+        if state.get("__pydantic_private__"):
+            state["__pydantic_private__"] = {**state["__pydantic_private__"], "_backend": None, "_reporter": None}
+        return state
+
+    def __setstate__(self, state: dict[Any, Any]) -> None:
+        super().__setstate__(state)
+        if self.trainable and self.inference_base_url and self.inference_model_name:  # as register() noted it
+            note_trainable(self.inference_base_url, self.inference_model_name, self.inference_api_key or "art")
+
     def served_name(self, step: int | None = None) -> str:
         name = self.inference_model_name or self.name
         return f"{name}@{step}" if step is not None else name

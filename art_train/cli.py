@@ -22,10 +22,10 @@ def _count(text: str) -> int:
     return int(text)
 
 
-def _replicas(text: str) -> int:
+def _positive(text: str) -> int:
     """An argparse type: a whole number >= 1."""
     if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1 (1: one engine, as without --replicas)")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
     return int(text)
 
 
@@ -63,7 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "bfloat16 on GPUs and on CPUs with native bfloat16, else float32)")
     s.add_argument("--sync-probe-tokens", type=_count, default=BackendConfig.model_fields["sync_probe_tokens"].default,
                    help="trained tokens in each step's weight-sync probe (default %(default)s; 0: fixed probe and identity only)")
-    s.add_argument("--replicas", type=_replicas, default=1,
+    s.add_argument("--train-procs", type=_positive, default=1,
+                   help="trainer ranks (default 1): N > 1 starts N-1 more processes in one torch.distributed group "
+                        "(gloo on CPU, NCCL on CUDA) that share each step's rows")
+    s.add_argument("--replicas", type=_positive, default=1,
                    help="engine replicas behind the endpoint, each its own process (default 1: one engine in this "
                         "process, or one vLLM server); see docs/serving.md, 'Replicas'")
     s.add_argument("--max-request-mb", type=float, default=256,
@@ -111,7 +114,8 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     service = ModelService(BackendConfig(path=args.path, engine=args.engine, device=args.device, port=args.port,
                                          vllm_python=args.vllm_python, engine_dtype=args.engine_dtype,
-                                         sync_probe_tokens=args.sync_probe_tokens, replicas=args.replicas))
+                                         sync_probe_tokens=args.sync_probe_tokens, train_procs=args.train_procs,
+                                         replicas=args.replicas))
     app = create_app(service, api_key=args.api_key, max_body_bytes=int(args.max_request_mb * 2**20))
 
     @app.on_event("shutdown")

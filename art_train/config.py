@@ -57,6 +57,15 @@ class BackendConfig(BaseModel):
         ),
     )
     port: int = Field(0, ge=0, le=65535, description="Port of the OpenAI endpoint; 0 picks a free one.")
+    train_procs: int = Field(
+        1,
+        ge=1,
+        description=(
+            "Trainer ranks: 1 trains in the service's process; N > 1 adds N-1 child processes in one "
+            "torch.distributed group (gloo on CPU, NCCL on CUDA, rank r on cuda:r) that share each step's rows "
+            "and sum their LoRA gradients (docs/training.md, 'Multi-process trainer')."
+        ),
+    )
     replicas: int = Field(
         1,
         ge=1,

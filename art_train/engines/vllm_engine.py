@@ -25,6 +25,8 @@ from typing import Any
 
 import httpx
 
+from art_core.config import VLLMConfig
+
 from .base import ChatRequest, EngineError, EngineUnavailable
 
 __all__ = ["VLLMEngine"]
@@ -94,7 +96,8 @@ class VLLMEngine:
         self.model_config = model_config
         self.python = python or os.environ.get("ART_VLLM_PYTHON") or sys.executable
         self.port = port or _free_port()
-        self.extra_args = list(extra_args or [])
+        self.settings: VLLMConfig = getattr(model_config, "vllm", None) or VLLMConfig()
+        self.extra_args = [*self.settings.extra_args, *(extra_args or [])]
         self.startup_timeout = startup_timeout
         # False: no watchdog and no restart on a dropped connection, which raises `EngineUnavailable` (a
         # `ReplicaSet` restarts its replicas itself, and retries the request on another)
@@ -121,19 +124,31 @@ class VLLMEngine:
 
     # -- process -------------------------------------------------------------------------------
     def _command(self, template_file: Path) -> list[str]:
-        rank = max(8, int(getattr(self.model_config, "lora_rank", 8) or 8))
-        rank = 1 << (rank - 1).bit_length()  # vLLM accepts powers of two
+        vllm = self.settings
+        rank = vllm.max_lora_rank
+        if rank is None:
+            rank = max(8, int(getattr(self.model_config, "lora_rank", 8) or 8))
+            rank = 1 << (rank - 1).bit_length()  # vLLM accepts powers of two
         max_len = int(getattr(self.model_config, "max_seq_len", 2048) or 2048)
         args = [
             self.python, "-m", "vllm.entrypoints.openai.api_server",
             "--model", self.base_model, "--served-model-name", BASE_NAME,
             "--host", "127.0.0.1", "--port", str(self.port),
             "--max-model-len", str(min(max_len, 4096)),
-            "--enable-lora", "--max-lora-rank", str(rank), "--max-loras", "4",
+            "--enable-lora", "--max-lora-rank", str(rank), "--max-loras", str(vllm.max_loras),
             "--enable-auto-tool-choice",
             "--tool-call-parser", self.vllm_tool_parser,
             "--chat-template", str(template_file),
         ]
+        # each only where it differs from vLLM's default, so the default command line stays as it was
+        if vllm.tensor_parallel_size != 1:
+            args += ["--tensor-parallel-size", str(vllm.tensor_parallel_size)]
+        if vllm.data_parallel_size != 1:
+            args += ["--data-parallel-size", str(vllm.data_parallel_size)]
+        if vllm.gpu_memory_utilization is not None:
+            args += ["--gpu-memory-utilization", str(vllm.gpu_memory_utilization)]
+        if vllm.enable_sleep_mode:
+            args += ["--enable-sleep-mode"]
         if not self.gpu:
             args += ["--dtype", str(self.cpu_dtype), "--enforce-eager"]
         return args + self.extra_args

@@ -3,7 +3,8 @@
 Modules: `advantages`, `tokenize`, `packing`, `logprobs`, `losses` (pure functions of tensors);
 `policy` (the LoRA model and optimizer a step works on); `grpo` and `sft` (one step each, top to
 bottom); `checkpoints` (save, resume, the pending-step journal, retention); `probe` (the
-weight-sync probe); `trainer` (`Trainer`, which holds the state and calls them).
+weight-sync probe); `trainer` (`Trainer`, which holds the state and calls them); `distributed` and
+`rank` (the same step on N torch.distributed ranks, `BackendConfig(train_procs=N)`).
 """
 
 from .advantages import GroupAdvantages, group_advantages, step_advantages

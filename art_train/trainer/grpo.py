@@ -108,11 +108,14 @@ def grpo_step(
     # 4. old logprobs only when the weights move within the step; reference logprobs only with a KL term
     work = policy.decoder.snapshot()  # from here every decoder call counts in `work/*`
     multi_step = config.num_epochs * len(batches) > 1
-    old = [policy.logprobs(rows, len(sot), adapter=True) if multi_step else None for rows, sot in packed]
-    ref = [policy.logprobs(rows, len(sot), adapter=False) if config.beta > 0 else None for rows, sot in packed]
+    own = [policy.own_rows(rows, config) for rows, _ in packed]  # all rows on 1 rank; this rank's share on several
+    old = [policy.logprobs(rows, len(sot), adapter=True) if multi_step else None
+           for rows, (_, sot) in zip(own, packed, strict=True)]
+    ref = [policy.logprobs(rows, len(sot), adapter=False) if config.beta > 0 else None
+           for rows, (_, sot) in zip(own, packed, strict=True)]
 
     # 5. per row: forward, loss, backward; per batch: clip and step
-    total_rows = config.num_epochs * sum(len(rows) for rows, _ in packed)
+    total_rows = config.num_epochs * sum(len(rows) for rows in own)
     sums = {"loss": 0.0, "entropy": 0.0, "kl": 0.0, "clip": 0.0, "grad_norm": 0.0, "tokens": 0, "steps": 0}
     drift = {"sum": 0.0, "max": 0.0, "tokens": 0}  # |sampler - trainer| logprob on trained tokens, step's start
     done_rows = trained_tokens = 0
@@ -169,7 +172,10 @@ def grpo_step(
                 sums["loss"] += batch_loss
                 sums["steps"] += 1
 
-    # 6. metrics: per optimizer step (loss, grad norm) and per token (entropy, KL, clipping)
+    # 6. metrics: per optimizer step (loss, grad norm) and per token (entropy, KL, clipping), over all ranks
+    sums |= policy.reduce({k: sums[k] for k in ("loss", "entropy", "kl", "clip", "tokens")})  # grad_norm: the same
+    drift = (policy.reduce({"sum": drift["sum"], "tokens": drift["tokens"]})
+             | policy.reduce({"max": drift["max"]}, "max"))
     steps, tokens = max(sums["steps"], 1), max(sums["tokens"], 1)
     metrics.update({
         "loss": sums["loss"] / steps,
@@ -182,7 +188,7 @@ def grpo_step(
         "rows": sum(len(rows) for rows, _ in packed),
         "time/forward_backward_s": time.perf_counter() - t1,
     })
-    metrics |= policy.decoder.since(work, trained_tokens, metrics["rows"])
+    metrics |= policy.work_since(work, trained_tokens, metrics["rows"])
     if drift["tokens"]:  # how far the sampler's logprobs are from the trainer's: a stale engine shows here
         mean = drift["sum"] / drift["tokens"]
         metrics |= {"sampler_drift/mean_abs": mean, "sampler_drift/max_abs": drift["max"],

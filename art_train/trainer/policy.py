@@ -16,10 +16,11 @@ import torch
 
 from art_core import SFTConfig, TrainConfig
 
+from .distributed import reduce_values, shard_row_groups, sum_grads
 from .logprobs import row_logprobs
 from .packing import Row, build_rows, row_groups
 from .tokenize import Sequence
-from .work import DecoderCounter
+from .work import DecoderCounter, work_metrics
 
 __all__ = ["Policy", "Progress"]
 
@@ -36,6 +37,9 @@ class Policy:
         prefix_preserving: whether the chat template passed the prefix check (`check_prefix_preserving`).
         autocast: the dtype the decoder computes in under torch.autocast (`ModelConfig.autocast`), or None.
         decoder: counts the tokens and calls through the decoder (a step's `work/*` metrics).
+        rank, world: this policy's place among the trainer's ranks (`distributed`); with world > 1 a step
+            trains this rank's rows (`row_groups`), sums gradients over ranks (`optimizer_step`) and
+            reduces its metrics (`reduce`).
     """
 
     peft: Any
@@ -47,6 +51,8 @@ class Policy:
     gradient_checkpointing: bool = False
     prefix_preserving: bool = True
     autocast: str | None = None
+    rank: int = 0
+    world: int = 1
     decoder: DecoderCounter = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -90,8 +96,24 @@ class Policy:
 
     def row_groups(self, rows: list[Row], config: TrainConfig | SFTConfig) -> list[tuple[int, list[Row]]]:
         """One-sequence rows share their common prompt's forward and backward; packed rows, or gradient
-        checkpointing, go one by one."""
-        return row_groups(rows, self.one_sequence_per_row(config) and not self.gradient_checkpointing)
+        checkpointing, go one by one. With several ranks, only this rank's share (`shard_row_groups`)."""
+        groups = row_groups(rows, self.one_sequence_per_row(config) and not self.gradient_checkpointing)
+        return groups if self.world == 1 else shard_row_groups(groups, self.rank, self.world)
+
+    def own_rows(self, rows: list[Row], config: TrainConfig | SFTConfig) -> list[Row]:
+        """The rows this rank trains (all of them on 1 rank)."""
+        return rows if self.world == 1 else [r for _, group in self.row_groups(rows, config) for r in group]
+
+    def reduce(self, values: dict[str, Any], op: str = "sum") -> dict[str, Any]:
+        """Per-rank metric sums (or maxima) over all ranks; as they are on 1 rank."""
+        return values if self.world == 1 else reduce_values(values, op)
+
+    def work_since(self, start: tuple[int, int], trained_tokens: int, rows: int) -> dict[str, float]:
+        """`DecoderCounter.since`, counting every rank's decoder."""
+        if self.world == 1:
+            return self.decoder.since(start, trained_tokens, rows)
+        done = self.reduce({"tokens": self.decoder.tokens - start[0], "calls": self.decoder.calls - start[1]})
+        return work_metrics(done["tokens"], done["calls"], trained_tokens, rows)
 
     # -- forward and update ------------------------------------------------------------------------
     def precision(self) -> Any:
@@ -122,7 +144,10 @@ class Policy:
             self.peft.eval()
 
     def optimizer_step(self, max_grad_norm: float | None) -> float:
-        """Clip (None: measure only), step, zero the gradients; returns the gradient norm before clipping."""
+        """Clip (None: measure only), step, zero the gradients; returns the gradient norm before clipping.
+        With several ranks the gradients are first summed over them, so every rank takes the same step."""
+        if self.world > 1:
+            sum_grads(self.params())
         norm = torch.nn.utils.clip_grad_norm_(self.params(), max_grad_norm if max_grad_norm is not None else math.inf)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)

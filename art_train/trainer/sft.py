@@ -47,7 +47,7 @@ def sft_step(policy: Policy, trajectories: list[Trajectory], config: SFTConfig, 
     }
     t1 = time.perf_counter()
     packed = [policy.rows(b, config) for b in split_batches(sequences, config.batch_size)]
-    total_rows = config.num_epochs * sum(len(rows) for rows, _ in packed)
+    total_rows = config.num_epochs * sum(len(policy.own_rows(rows, config)) for rows, _ in packed)
     work = policy.decoder.snapshot()
     done_rows, loss_sum, grad_sum, steps, trained_tokens = 0, 0.0, 0.0, 0, 0
     with policy.training():
@@ -73,6 +73,7 @@ def sft_step(policy: Policy, trajectories: list[Trajectory], config: SFTConfig, 
                 loss_sum += batch_loss
                 steps += 1
                 trained_tokens += n if epoch == 0 else 0
+    loss_sum = policy.reduce({"loss": loss_sum})["loss"]  # over all ranks (each has its rows' share)
     metrics.update(
         {
             "loss": loss_sum / max(steps, 1),
@@ -82,5 +83,5 @@ def sft_step(policy: Policy, trajectories: list[Trajectory], config: SFTConfig, 
             "time/forward_backward_s": time.perf_counter() - t1,
         }
     )
-    metrics |= policy.decoder.since(work, trained_tokens, sum(len(rows) for rows, _ in packed))
+    metrics |= policy.work_since(work, trained_tokens, sum(len(rows) for rows, _ in packed))
     return metrics

@@ -11,6 +11,7 @@ one -> journal the new step (its trajectories first) -> drop samples older than 
 With `save_in_background` (the service's default) the last three run in a thread after `train`
 returns, so the new adapter is served while its checkpoint is written (`wait_saved`).
 A step that raises is rolled back to the newest checkpoint, its journal moved to ``failed/``.
+With `ranks` (`distributed`) the step runs on N ranks; this Trainer is rank 0, the only one that writes.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ from art_core import RunDir, SFTConfig, TrainableModel, TrainConfig, TrainResult
 
 from ..models import chat_template_for, load_causal_lm, load_tokenizer, resolve_base_model, training_autocast
 from .checkpoints import Checkpoints, Snapshot, snapshot
+from .distributed import Ranks, Worker
 from .grpo import grpo_step
 from .off_policy import drop_stale, max_age
 from .policy import Policy, Progress
@@ -72,6 +75,9 @@ class Trainer:
         rundir: the model's run directory.
         base_path: a local model folder to use instead of resolving `model.base_model`.
         device: "cpu", "cuda", ...; default cuda when available.
+        ranks: train on several ranks: `distributed.Ranks` in the service's process (rank 0, the one that
+            writes checkpoints, journal and history), `distributed.Worker` on ranks 1..N-1 (they read the
+            newest checkpoint and write nothing). None: this process alone.
 
     Attributes:
         step: the newest complete checkpoint (0 = the empty adapter, saved on first use).
@@ -91,6 +97,7 @@ class Trainer:
         *,
         base_path: Path | None = None,
         device: str | None = None,
+        ranks: Ranks | Worker | None = None,
     ) -> None:
         from peft import LoraConfig, PeftModel, get_peft_model
 
@@ -108,9 +115,14 @@ class Trainer:
         base = load_causal_lm(self.base_path, config.dtype, self.device)
         if config.gradient_checkpointing:
             base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        self.checkpoints.remove_partial()
-        self.checkpoints.repair_history()
+        self.ranks = ranks
+        writes = ranks is None or ranks.rank == 0
+        if writes:
+            self.checkpoints.remove_partial()
+            self.checkpoints.repair_history()
         latest = self.checkpoints.latest()
+        if latest is None and not writes:
+            raise RuntimeError(f"{rundir.path} has no checkpoint: rank 0 saves step 0 before the other ranks start")
         if latest is None:
             torch.manual_seed(config.seed)
             lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
@@ -123,7 +135,8 @@ class Trainer:
                              device=self.device, max_seq_len=config.max_seq_len,
                              gradient_checkpointing=config.gradient_checkpointing,
                              prefix_preserving=prefix_preserving,
-                             autocast=training_autocast(config.autocast, self.device))
+                             autocast=training_autocast(config.autocast, self.device),
+                             rank=ranks.rank if ranks else 0, world=ranks.world if ranks else 1)
         if latest is None:
             self.step = 0
             self._save(0)
@@ -250,7 +263,8 @@ class Trainer:
         if isinstance(config, TrainConfig) and (config.mode == "async" or config.max_steps_off_policy is not None):
             groups, off = drop_stale(groups, self.step, max_age(config))  # after the journal: it keeps them all
         try:
-            metrics = STEPS[kind][1](self.policy, groups, config, progress, trained)
+            with self._on_ranks(kind, step, groups, config):
+                metrics = STEPS[kind][1](self.policy, groups, config, progress, trained)
             metrics |= off.metrics() if off is not None else {}
         except Exception as exc:  # a crash (kill) keeps the journal for a retry; a raised error does not
             kept = self.checkpoints.abort(step, exc)
@@ -275,6 +289,19 @@ class Trainer:
         metrics["time/save_s"] = record["time/save_s"]
         metrics["time/step_s"] = record["time/step_s"] = time.perf_counter() - t0
         return TrainResult(step=step, metrics=metrics)
+
+    def _on_ranks(self, kind: str, step: int, groups: list[TrajectoryGroup],
+                  config: TrainConfig | SFTConfig) -> AbstractContextManager[None]:
+        """Rank 0 with other ranks: they train their share of step `step` while this one does (`Ranks.step`)."""
+        if isinstance(self.ranks, Ranks):
+            return self.ranks.step(self, kind, step, groups, config)
+        return nullcontext()
+
+    def follow(self, kind: str, step: int, groups: list[TrajectoryGroup], config: TrainConfig | SFTConfig) -> None:
+        """Ranks 1..N-1: this rank's share of step `step`, as rank 0 sent it (its stale samples already dropped)."""
+        self.policy.set_hyperparameters(config)
+        STEPS[kind][1](self.policy, groups, config, _noop, [])
+        self.step = step
 
     # ----- the checkpoint write -----
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["DecoderCounter", "SavedBytes", "saved_bytes_peak"]
+__all__ = ["DecoderCounter", "SavedBytes", "saved_bytes_peak", "work_metrics"]
 
 
 class DecoderCounter:
@@ -47,13 +47,17 @@ class DecoderCounter:
 
     def since(self, start: tuple[int, int], trained_tokens: int, rows: int) -> dict[str, float]:
         """The step's `work/*` metrics: decoder tokens and calls since `start`, per trained token and per row."""
-        tokens, calls = self.tokens - start[0], self.calls - start[1]
-        return {
-            "work/decoder_tokens": tokens,
-            "work/decoder_calls": calls,
-            "work/decoder_tokens_per_trained_token": tokens / max(trained_tokens, 1),
-            "work/decoder_calls_per_row": calls / max(rows, 1),
-        }
+        return work_metrics(self.tokens - start[0], self.calls - start[1], trained_tokens, rows)
+
+
+def work_metrics(tokens: int, calls: int, trained_tokens: int, rows: int) -> dict[str, float]:
+    """A step's `work/*` metrics from its decoder tokens and calls."""
+    return {
+        "work/decoder_tokens": tokens,
+        "work/decoder_calls": calls,
+        "work/decoder_tokens_per_trained_token": tokens / max(trained_tokens, 1),
+        "work/decoder_calls_per_row": calls / max(rows, 1),
+    }
 
 
 @dataclass

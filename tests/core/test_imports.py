@@ -13,6 +13,14 @@ def test_art_core_imports_no_heavy_dependency():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_no_package_imports_ray_unless_a_gather_asks():
+    code = (
+        "import sys, art_core, art_core.ray_gather, art_train, art_train.service, art_train.engines.vllm_engine, "
+        "art_graph, art_mcp, ruler; assert 'ray' not in sys.modules, 'ray imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_art_core_public_surface_is_pinned():
     assert sorted(art_core.__all__) == sorted([
         "Backend", "BackendError", "CapturingTransport", "DatasetBatch", "History", "Model", "ModelConfig",
@@ -26,6 +34,7 @@ def test_art_core_public_surface_is_pinned():
         "trajectory_group_batches",  # OpenPipe ART's pipelined loop
         "SFTBatch", "SFTDataError", "iterate_sft", "learning_rate_at", "load_sft_jsonl", "mask_turns",
         "validate_sft_record", "write_sft_jsonl",  # SFT data files (art_core.sft_data)
+        "VLLMConfig",  # ModelConfig.vllm: how the vllm engine starts vLLM
     ])
     for name in art_core.__all__:
         assert hasattr(art_core, name), name

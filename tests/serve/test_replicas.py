@@ -243,6 +243,18 @@ async def test_the_service_serves_replicas_over_http_with_the_trajectory_header_
     assert all(e.stopped for e in made)
 
 
+async def test_a_vllm_replica_reports_a_dropped_connection_instead_of_restarting_itself() -> None:
+    from art_train.engines.vllm_engine import VLLMEngine
+    from tests.support.net import free_port
+
+    engine = VLLMEngine("/no/model", port=free_port(), restart=False)  # nothing listens there: as after a SIGKILL
+    try:
+        with pytest.raises(EngineUnavailable, match="did not answer"):
+            await engine.chat(_request("q"))
+    finally:
+        await engine.stop()
+
+
 # -- the swap over replicas, on fakes: per-replica check, take-out, rejoin ------------------------------
 class _Trainer:
     """The trainer's side of the check: checkpoint k gives every probe token logprob -k."""

@@ -1,0 +1,307 @@
+"""The trainer as N ranks of one torch.distributed process group (`BackendConfig(train_procs=N)`).
+
+Rank 0 is the service's process and its `Trainer`. Ranks 1..N-1 are child processes started with
+the environment torchrun gives (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) that run `rank.serve_rank`;
+the group is gloo on CPU, NCCL on CUDA (rank r on ``cuda:r``). Rank 0 tells them what to do with
+`broadcast_object_list` of one small command, on a gloo group with a long timeout (`IDLE`: they wait
+between steps for as long as rollouts take):
+
+- `Register`: build that model's `Trainer` (it reads rank 0's newest checkpoint and writes nothing),
+  then take rank 0's LoRA weights (a broadcast);
+- `Step`: train the step's share of rows: every rank tokenizes and packs the same groups,
+  `Policy.row_groups` keeps this rank's rows (`shard_row_groups`), and `Policy.optimizer_step`
+  sums the LoRA gradients over ranks (`sum_grads`) before clipping, so every rank takes the same
+  AdamW step the 1-rank trainer would;
+- `Stop`.
+
+Only rank 0 writes checkpoints, the journal and history. A step that fails on any rank stops ranks
+1..N-1 (a dead peer fails the collectives at once; a hung one after `timeout_s`) and raises on rank
+0, where the `Trainer` rolls back as for any failed step; the next step starts them again.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+from pydantic import BaseModel
+
+from .packing import Row
+
+if TYPE_CHECKING:
+    from art_core import RunDir, TrajectoryGroup
+
+__all__ = ["IDLE", "RankFailedError", "Ranks", "Register", "Step", "Stop", "Worker", "backend", "broadcast_params",
+           "rank_device", "reduce_values", "shard_row_groups", "sum_grads"]
+
+logger = logging.getLogger(__name__)
+
+# How long ranks 1..N-1 wait for rank 0's next command (longer overflows gloo's int32 milliseconds); one idle
+# longer exits, and rank 0 starts it again with the next step.
+IDLE = datetime.timedelta(days=7)
+
+RowGroups = list[tuple[int, list[Row]]]  # (shared prefix length, rows), as `Policy.row_groups` gives them
+
+
+# -- the pure parts: which rows a rank trains, and the reductions -----------------------------------
+
+def shard_row_groups(groups: RowGroups, rank: int, world: int) -> RowGroups:
+    """This rank's share of a batch's row groups; the shares of ranks 0..world-1 cover every row once.
+
+    Row groups (rows that share a prompt) stay whole where there are at least `world` of them, so a
+    rank runs a shared prefix once; otherwise the largest is halved until there are. Then each goes to
+    the rank with the fewest tokens so far (largest first; ties: lowest rank), the same on every rank.
+    """
+    items = [(k, rows) for k, rows in groups if rows]
+    while len(items) < world and any(len(rows) > 1 for _, rows in items):
+        i = max(range(len(items)), key=lambda j: len(items[j][1]))
+        k, rows = items[i]
+        items[i:i + 1] = [(k, rows[: len(rows) // 2]), (k, rows[len(rows) // 2:])]
+    tokens = [sum(len(r.input_ids) for r in rows) for _, rows in items]
+    load = [0] * world
+    owner = [0] * len(items)
+    for i in sorted(range(len(items)), key=lambda j: (-tokens[j], j)):
+        owner[i] = min(range(world), key=lambda r: (load[r], r))
+        load[owner[i]] += tokens[i]
+    return [item for item, r in zip(items, owner, strict=True) if r == rank]  # in the batch's order
+
+
+def sum_grads(params: list[torch.nn.Parameter]) -> None:
+    """Sum every parameter's gradient over the ranks (one all_reduce per dtype). A parameter none of the
+    ranks' rows reached keeps grad None, as on 1 rank (AdamW then skips it)."""
+    if not params:
+        return
+    reached = torch.tensor([float(p.grad is not None) for p in params], device=params[0].device)
+    dist.all_reduce(reached)
+    by_dtype: dict[torch.dtype, list[torch.nn.Parameter]] = {}
+    for p, hit in zip(params, reached.tolist(), strict=True):
+        if hit:
+            by_dtype.setdefault(p.dtype, []).append(p)
+    for group in by_dtype.values():
+        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in group])
+        dist.all_reduce(flat)
+        offset = 0
+        for p in group:
+            p.grad = flat[offset:offset + p.numel()].view_as(p).clone()
+            offset += p.numel()
+
+
+def reduce_values(values: dict[str, Any], op: str = "sum") -> dict[str, Any]:
+    """`values` summed (op "sum") or maxed ("max") over the ranks, in float64; ints stay ints."""
+    keys = sorted(values)
+    t = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX)
+    return {k: int(v) if isinstance(values[k], int) else float(v) for k, v in zip(keys, t.tolist(), strict=True)}
+
+
+def broadcast_params(params: list[torch.nn.Parameter]) -> None:
+    """Rank 0's values of `params` on every rank (one broadcast per dtype)."""
+    by_dtype: dict[torch.dtype, list[torch.nn.Parameter]] = {}
+    for p in params:
+        by_dtype.setdefault(p.dtype, []).append(p)
+    with torch.no_grad():
+        for group in by_dtype.values():
+            flat = torch.cat([p.detach().reshape(-1) for p in group])
+            dist.broadcast(flat, src=0)
+            offset = 0
+            for p in group:
+                p.copy_(flat[offset:offset + p.numel()].view_as(p))
+                offset += p.numel()
+
+
+# -- the commands rank 0 broadcasts ---------------------------------------------------------------
+
+# pydantic objects travel as JSON, as the journal keeps them (a registered model holds its backend: no pickle)
+
+@dataclass(frozen=True)
+class Register:
+    key: str  # the model's run directory: one Trainer per model
+    model: str  # TrainableModel
+    rundir: RunDir
+    base_path: Path
+    step: int  # rank 0's newest checkpoint, which the worker loads
+
+
+@dataclass(frozen=True)
+class Step:
+    key: str
+    kind: str  # "grpo" | "sft" (`trainer.STEPS`)
+    step: int
+    groups: list[str]  # TrajectoryGroup, after rank 0 dropped the stale ones
+    config: str  # TrainConfig | SFTConfig, as `kind` says
+
+
+@dataclass(frozen=True)
+class Stop:
+    pass
+
+
+@dataclass(frozen=True)
+class Worker:
+    """Where a `Trainer` sits in the group: rank 0 (through `Ranks`) writes, the others follow."""
+
+    rank: int
+    world: int
+
+
+def backend(device: str) -> str:
+    """gloo on CPU; on CUDA, NCCL for the tensors on the GPU and gloo for the metrics (CPU tensors)."""
+    return "cpu:gloo,cuda:nccl" if device.startswith("cuda") else "gloo"
+
+
+def rank_device(device: str, rank: int) -> str:
+    return f"cuda:{rank}" if device.startswith("cuda") else device
+
+
+class RankFailedError(RuntimeError):
+    """A trainer rank died or failed during a step; the step was rolled back on rank 0."""
+
+
+class Ranks:
+    """Rank 0's side: starts ranks 1..world-1, sends them each step, and stops them when one fails.
+
+    Args:
+        world: the number of ranks, rank 0 (this process) included; at least 2.
+        device: the trainer's device ("cpu" -> gloo; "cuda" -> NCCL, rank r on cuda:r).
+        timeout_s: how long a collective waits for a rank (a dead one fails it at once).
+
+    Example:
+        ranks = Ranks(2, "cpu")
+        trainer = Trainer(model, rundir, device="cpu", ranks=ranks)
+        trainer.train(groups, config)  # rank 1 starts here and trains half the rows
+        ranks.stop()
+    """
+
+    rank = 0
+
+    def __init__(self, world: int, device: str, *, timeout_s: float = 1800.0) -> None:
+        if world < 2:
+            raise ValueError(f"Ranks needs world >= 2, got {world}; train_procs=1 trains in this process alone")
+        self.world = world
+        self.device = device
+        self.timeout = datetime.timedelta(seconds=timeout_s)
+        self.lock = threading.Lock()  # one step at a time on the group, whichever model it trains
+        self._procs: list[subprocess.Popen[bytes]] = []
+        self._commands: Any = None  # the gloo group commands go on
+        self._registered: set[str] = set()
+
+    @property
+    def running(self) -> bool:
+        return bool(self._procs)
+
+    def pids(self) -> list[int]:
+        """The process ids of ranks 1..world-1 (empty before the first step and after a failure)."""
+        return [p.pid for p in self._procs]
+
+    def _start(self) -> None:
+        if dist.is_initialized():
+            raise RuntimeError("train_procs > 1 starts its own torch.distributed process group, and this process "
+                               "already has one (launched by torchrun?); run `art serve --train-procs N` instead")
+        store = dist.TCPStore("127.0.0.1", 0, self.world, is_master=True, wait_for_workers=False,
+                              timeout=self.timeout)
+        env = {**os.environ, "WORLD_SIZE": str(self.world), "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": str(store.port), "ART_TRAIN_DEVICE": self.device,
+               "ART_TRAIN_TIMEOUT_S": str(self.timeout.total_seconds())}
+        cpus = max(1, (os.cpu_count() or 1) // self.world)
+        main = "from art_train.trainer.rank import serve_rank; serve_rank()"  # not -m: one Step class
+        self._procs = [subprocess.Popen([sys.executable, "-c", main],
+                                        env={**env, "RANK": str(r), "OMP_NUM_THREADS": str(cpus)})
+                       for r in range(1, self.world)]
+        deadline = time.monotonic() + self.timeout.total_seconds()
+        while not store.check([f"art/up/{r}" for r in range(1, self.world)]):  # a rank that dies at import: say so
+            if (dead := self._dead()) or time.monotonic() > deadline:
+                self._teardown()
+                raise RankFailedError(f"trainer {dead or 'ranks did not start in time'} before joining the process "
+                                      "group (see their log above)")
+            time.sleep(0.05)
+        try:
+            dist.init_process_group(backend(self.device), store=store, rank=0, world_size=self.world,
+                                    timeout=self.timeout)
+        except Exception:
+            self._teardown()
+            raise
+        self._commands = dist.new_group(backend="gloo", timeout=IDLE)
+        logger.info("trainer ranks 1..%d started (pids %s)", self.world - 1, self.pids())
+
+    def _send(self, command: Register | Step | Stop) -> None:
+        dist.broadcast_object_list([command], src=0, group=self._commands)
+
+    def _dead(self) -> str:
+        """'rank r exited with code c' for each rank that has exited (waiting a moment for one on its way out)."""
+        for p in self._procs:
+            try:
+                p.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                pass
+        return ", ".join(f"rank {r} exited with code {p.returncode}"
+                         for r, p in enumerate(self._procs, 1) if p.returncode is not None)
+
+    def _teardown(self) -> None:
+        for p in self._procs:
+            if p.poll() is None:
+                p.kill()  # our own child, by its process object
+            p.wait()
+        self._procs = []
+        self._registered.clear()
+        if self._commands is not None:  # the group is ours (`_start` got that far)
+            self._commands = None
+            dist.destroy_process_group()
+
+    @contextmanager
+    def step(self, trainer: Any, kind: str, step: int, groups: list[TrajectoryGroup],
+             config: BaseModel) -> Iterator[None]:
+        """Send step `step` to ranks 1..world-1 (started, and `trainer`'s model registered, first if need
+        be); rank 0 runs its share inside the block. An error in the block, or a rank that died, stops
+        them and raises (`RankFailedError` when a rank died or failed)."""
+        with self.lock:
+            if self._procs and any(p.poll() is not None for p in self._procs):
+                logger.warning("trainer %s since the last step: starting ranks 1..%d again", self._dead(),
+                               self.world - 1)
+                self._teardown()
+            try:
+                if not self._procs:
+                    self._start()
+                key = str(trainer.rundir.path)
+                if key not in self._registered:
+                    self._send(Register(key, trainer.model.model_dump_json(), trainer.rundir, trainer.base_path,
+                                        trainer.step))
+                    broadcast_params(trainer.policy.params())
+                    self._registered.add(key)
+                self._send(Step(key, kind, step, [g.model_dump_json() for g in groups], config.model_dump_json()))
+                yield
+            except Exception as exc:
+                dead = self._dead()
+                self._teardown()
+                if dead or isinstance(exc, dist.DistError) or "gloo" in str(exc) or "NCCL" in str(exc):
+                    raise RankFailedError(
+                        f"step {step} failed on the trainer's ranks ({dead or f'{type(exc).__name__}: {exc}'}); "
+                        f"ranks 1..{self.world - 1} were stopped and start again, from the newest checkpoint, with "
+                        "the next step") from exc
+                logger.warning("step %d raised on rank 0: ranks 1..%d stopped; they start again with the next step",
+                               step, self.world - 1)
+                raise
+
+    def stop(self) -> None:
+        """Tell ranks 1..world-1 to exit (killed if they do not within 30 s) and leave the process group."""
+        with self.lock:
+            if not self._procs:
+                return
+            try:
+                self._send(Stop())
+                for p in self._procs:
+                    p.wait(timeout=30)
+            except Exception:  # noqa: BLE001 - a rank already gone or stuck: killed below
+                logger.warning("trainer ranks did not stop cleanly; killing them")
+            self._teardown()

@@ -1,0 +1,59 @@
+"""Ranks 1..N-1 of the multi-process trainer: join rank 0's group, then follow its commands (`distributed`).
+
+Rank 0 (`distributed.Ranks`) starts each as a child process running `serve_rank`, with RANK, WORLD_SIZE,
+MASTER_ADDR and MASTER_PORT set as torchrun sets them (and the device and timeout rank 0 uses).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from art_core import TrainableModel, TrajectoryGroup
+
+from .distributed import IDLE, Register, Step, Stop, Worker, backend, broadcast_params, rank_device
+from .trainer import STEPS, Trainer
+
+__all__ = ["serve_rank"]
+
+
+def serve_rank() -> None:
+    """A worker rank's life: join the group, then follow rank 0's commands until `Stop` (or rank 0 is gone)."""
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    logging.basicConfig(level=logging.WARNING, format=f"[train rank {rank}] %(levelname)s %(name)s: %(message)s")
+    timeout = datetime.timedelta(seconds=float(os.environ["ART_TRAIN_TIMEOUT_S"]))
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False, timeout=timeout)
+    store.set(f"art/up/{rank}", "1")
+    trainers: dict[str, Trainer] = {}
+    device = rank_device(os.environ["ART_TRAIN_DEVICE"], rank)
+    if device.startswith("cuda"):
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend(device), store=store, rank=rank, world_size=world, timeout=timeout)
+    commands = dist.new_group(backend="gloo", timeout=IDLE)
+    while True:
+        box: list[Any] = [None]
+        dist.broadcast_object_list(box, src=0, group=commands)
+        command = box[0]
+        if isinstance(command, Stop):
+            break
+        if isinstance(command, Register):
+            model = TrainableModel.model_validate_json(command.model)
+            trainer = Trainer(model, command.rundir, base_path=command.base_path, device=device,
+                              ranks=Worker(rank, world))
+            if trainer.step != command.step:
+                raise RuntimeError(f"rank {rank}: the newest checkpoint of {command.key} is {trainer.step}, "
+                                   f"rank 0 is at {command.step}")
+            broadcast_params(trainer.policy.params())
+            trainers[command.key] = trainer
+        elif isinstance(command, Step):
+            groups = [TrajectoryGroup.model_validate_json(g) for g in command.groups]
+            config = STEPS[command.kind][0].model_validate_json(command.config)
+            trainers[command.key].follow(command.kind, command.step, groups, config)  # type: ignore[arg-type]
+        else:
+            raise TypeError(f"rank {rank}: unknown command {command!r}")
+    dist.destroy_process_group()
