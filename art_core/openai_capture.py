@@ -102,10 +102,12 @@ class CapturingTransport(httpx.AsyncBaseTransport):
         self.trainable = trainable
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if current_trajectory() is not None:
-            tracing.call_started()
-        response = await self.inner.handle_async_request(request)
         trajectory = current_trajectory()
+        if trajectory is not None:
+            tracing.call_started()
+            # ART's server keeps a trajectory's turns on the engine replica that holds its prefix
+            request.headers["X-ART-Trajectory"] = trajectory.id
+        response = await self.inner.handle_async_request(request)
         if (
             trajectory is None
             or request.method != "POST"

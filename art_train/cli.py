@@ -66,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--train-procs", type=_positive, default=1,
                    help="trainer ranks (default 1): N > 1 starts N-1 more processes in one torch.distributed group "
                         "(gloo on CPU, NCCL on CUDA) that share each step's rows")
+    s.add_argument("--replicas", type=_positive, default=1,
+                   help="engine replicas behind the endpoint, each its own process (default 1: one engine in this "
+                        "process, or one vLLM server); see docs/serving.md, 'Replicas'")
     s.add_argument("--max-request-mb", type=float, default=256,
                    help="largest request body accepted, in MB (default 256); larger ones get a 413")
     s.add_argument("--log-level", default="info")
@@ -111,7 +114,8 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     service = ModelService(BackendConfig(path=args.path, engine=args.engine, device=args.device, port=args.port,
                                          vllm_python=args.vllm_python, engine_dtype=args.engine_dtype,
-                                         sync_probe_tokens=args.sync_probe_tokens, train_procs=args.train_procs))
+                                         sync_probe_tokens=args.sync_probe_tokens, train_procs=args.train_procs,
+                                         replicas=args.replicas))
     app = create_app(service, api_key=args.api_key, max_body_bytes=int(args.max_request_mb * 2**20))
 
     @app.on_event("shutdown")

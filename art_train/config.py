@@ -66,3 +66,12 @@ class BackendConfig(BaseModel):
             "and sum their LoRA gradients (docs/training.md, 'Multi-process trainer')."
         ),
     )
+    replicas: int = Field(
+        1,
+        ge=1,
+        description=(
+            "Engine replicas per base model behind the one endpoint, each its own local process (the "
+            "transformers engine in a worker process, or a vLLM server); 1 serves from one engine as before. "
+            "See docs/serving.md, 'Replicas'."
+        ),
+    )

@@ -9,6 +9,11 @@
     art_tokens_per_second{model}                        completion tokens/s over the last 60 s
     art_held{model}, art_held_seconds_total{model}      inference held for training (now; in all)
     art_step{model}                                     the newest checkpoint served
+    art_replica_up{engine,replica}                      1 while an engine replica serves (--replicas N)
+    art_replica_inflight{engine,replica}                requests on the replica now
+    art_replica_requests_total{engine,replica}          requests it answered
+    art_replica_failures_total{engine,replica}          times taken out: died, dropped a request, failed the check
+    art_replica_restarts_total{engine,replica}          times it came back (verified before serving)
 
 One registry per app (tests and `LocalBackend` may run several). Routes are labelled by their
 template (``/art/v1/models/{name}/train``), so label sets stay small.
@@ -124,7 +129,28 @@ class ServerMetrics:
         depth = gauge("art_queue_depth", "chat completions received but not yet admitted to an engine "
                       "(waiting while training holds inference)")
         depth.add_metric([], max(0, self._chat_now - admitted))
-        return [depth, inflight, held, held_s, step, tps]
+        return [depth, inflight, held, held_s, step, tps, *self._replica_families(gauge, counter)]
+
+    def _replica_families(self, gauge: Any, counter: Any) -> list[Any]:
+        sets = self.service.replica_sets() if hasattr(self.service, "replica_sets") else []
+        if not sets:
+            return []
+        labels = ["engine", "replica"]
+        up = gauge("art_replica_up", "1 while the engine replica serves", labels=labels)
+        inflight = gauge("art_replica_inflight", "requests on the engine replica now", labels=labels)
+        served = counter("art_replica_requests", "requests the engine replica answered", labels=labels)
+        failures = counter("art_replica_failures", "times the engine replica was taken out (it died, dropped a "
+                           "request or failed the weight-sync check)", labels=labels)
+        restarts = counter("art_replica_restarts", "times the engine replica came back, verified", labels=labels)
+        for replica_set in sets:
+            for r in replica_set.replicas:
+                key = [str(replica_set.name), str(r.index)]
+                up.add_metric(key, float(r.up))
+                inflight.add_metric(key, r.inflight)
+                served.add_metric(key, r.served)
+                failures.add_metric(key, r.failures)
+                restarts.add_metric(key, r.restarts)
+        return [up, inflight, served, failures, restarts]
 
     def render(self) -> bytes:
         return self._generate(self.registry)

@@ -168,6 +168,8 @@ def _error(status: int, message: str, type: str, code: str | None = None) -> JSO
     return JSONResponse({"error": {"message": message, "type": type, "code": code, "param": None}}, status_code=status)
 
 
+TRAJECTORY_HEADER = "x-art-trajectory"  # the trajectory a chat completion belongs to (art_core's client sends it)
+
 MAX_BODY_BYTES = 256 * 2**20  # a training call with many long trajectories is tens of MB; chat bodies are small
 
 
@@ -288,6 +290,7 @@ def create_app(service: ModelService, *, api_key: str | None = None, max_body_by
     async def chat(request: Request) -> Any:
         body: ChatCompletionBody = _parse(ChatCompletionBody, await _json(request), status=400)  # as OpenAI
         chat_request = body.to_request()
+        chat_request.session = request.headers.get(TRAJECTORY_HEADER)  # replicas keep a trajectory's turns together
         if not body.stream:  # a plain dict of JSON types: json.dumps it, skip FastAPI's 10x slower encoder
             answer = await service.chat(body.model, chat_request)
             samples.add_response(answer)

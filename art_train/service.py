@@ -17,7 +17,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +61,17 @@ def split_served_name(served: str) -> tuple[str, int | None]:
     return name, int(step)
 
 
+def _launch_custom(make: Callable[[Model], Engine], model: Model) -> Callable[[int], Awaitable[Engine]]:
+    """Replica i of a custom engine (`make_engine`): a new one, started."""
+
+    async def launch(index: int) -> Engine:
+        engine = make(model)
+        await engine.start()
+        return engine
+
+    return launch
+
+
 @dataclass
 class _Entry:
     model: Model
@@ -83,7 +94,8 @@ class ModelService:
     Args:
         config: the backend's `BackendConfig` (run-directory root, engine, device, dtype, tolerance).
         make_engine: builds the engine for a model instead of the bundled ones (called once per base
-            model, then started); tests pass a fake that wraps a Python function (tests/support).
+            model, then started; once per replica with `config.replicas` > 1); tests pass a fake that wraps
+            a Python function (tests/support).
 
     Example:
         service = ModelService(BackendConfig(path="/data/art"))
@@ -105,9 +117,11 @@ class ModelService:
     # -- registration --------------------------------------------------------------------------
     async def _engine_for(self, model: Model) -> Engine:
         config = getattr(model, "config", None)
+        replicas = self.config.replicas
         if (make := self._make_engine) is not None:
             key = (model.base_model or "", "custom", "")
             build: Callable[[], Engine] = lambda: make(model)  # noqa: E731
+            launch = _launch_custom(make, model)
         else:
             from .models import resolve_base_model
 
@@ -117,6 +131,14 @@ class ModelService:
             key = (str(path), kind, dtype)
             build = lambda: bundled_engine(kind, path, config, self.config.device, dtype,  # noqa: E731
                                            self.config.vllm_python)
+            if replicas > 1:
+                from .serving import local_launcher
+
+                launch = local_launcher(kind, path, config, self.config.device, dtype, self.config.vllm_python)
+        if replicas > 1:
+            from .serving import ReplicaSet
+
+            build = lambda: ReplicaSet(launch, replicas, name=model.base_model or "engine")  # noqa: E731
         if key not in self._engines:
             try:
                 engine = build()
@@ -217,6 +239,12 @@ class ModelService:
 
     def served_names(self) -> list[str]:
         return sorted(self._entries)
+
+    def replica_sets(self) -> list[Any]:
+        """The `ReplicaSet`s serving models here (none with `BackendConfig.replicas` = 1)."""
+        from .serving import ReplicaSet
+
+        return [e for e in self._engines.values() if isinstance(e, ReplicaSet)]
 
     # -- inference -----------------------------------------------------------------------------
     async def _adapter_for(self, entry: _Entry, pinned: int | None) -> tuple[str | None, int | None]:

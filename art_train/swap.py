@@ -7,6 +7,10 @@ while the trainer writes the checkpoint in a thread; an engine that reads the fo
 retain (`ModelConfig.retain_checkpoints`). If the check fails, the adapter is unloaded,
 `WeightSyncError` is raised and the previous step stays served.
 
+Over engine replicas (`Replicated`, `art_train.serving`) load and verify run on each replica, and a
+replica serves the step only once it passed; one that fails is taken out and restarted, and a restarted
+replica loads the adapters and passes the check again here (`rejoin`) before it serves.
+
 The trainer is seen through `TrainerSide`; the engine through `Engine`. Retention waits on the
 model's `Gate` until no request in flight samples from a checkpoint it deletes.
 """
@@ -14,11 +18,13 @@ model's `Gate` until no request in flight samples from a checkpoint it deletes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from art_core import ModelConfig, RunDir
 
@@ -28,8 +34,8 @@ from .gate import Gate
 from .weight_sync import discriminate
 from .weight_sync import sync_tolerance as weight_sync_tolerance
 
-__all__ = ["DRIFT_WARNING", "Swap", "TrainerSide", "drift_limit", "fixed_probe", "probe_budget", "sync_tolerance",
-           "warn_drift"]
+__all__ = ["DRIFT_WARNING", "Replicated", "Swap", "TrainerSide", "drift_limit", "fixed_probe", "probe_budget",
+           "sync_tolerance", "warn_drift"]
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +72,37 @@ class TrainerSide(Protocol):
     def adapter_pairs(self, step: int) -> dict[str, Any] | None:
         """A copy of `step`'s adapter tensors if the trainer holds them in memory (else None)."""
         ...
+
+
+@runtime_checkable
+class Replicated(Protocol):
+    """An engine over several replicas (`art_train.serving.ReplicaSet`): the swap loads and checks each one."""
+
+    def members(self) -> list[tuple[int, Engine]]:
+        """The replicas up now, as (index, engine)."""
+        ...
+
+    def serve(self, index: int, engine: Engine, adapter: str) -> None:
+        """Route requests for `adapter` to replica `index` too (it passed the check)."""
+        ...
+
+    def take_out(self, index: int, engine: Engine, reason: str) -> None:
+        """Stop routing to replica `index` and restart it (it died or failed the check)."""
+        ...
+
+    def add_rejoin(self, hook: Callable[[Engine], Awaitable[list[str]]]) -> None:
+        """Run `hook` (`Swap.rejoin`) on each restarted replica before it serves again."""
+        ...
+
+
+@dataclass
+class _Check:
+    """One engine's weight-sync check: `_compare`'s metrics and failures, its fingerprint, the load's time."""
+
+    metrics: dict[str, float]
+    failures: list[str]
+    engine_fp: str | None
+    t_load: float
 
 
 def sync_tolerance(engine: Engine, model_config: Any, device: str | None, override: float | None) -> float:
@@ -146,6 +183,13 @@ class Swap:
     in_memory: bool = True  # hand the adapter over in memory where engine and trainer share a process
     step: int | None = None  # the step new requests get
     loaded: set[int] = field(default_factory=set)
+    # the newest verified step's probe and the trainer's side of it: a restarted replica is checked on it
+    _verified: tuple[int, list[list[int]], list[list[float]], str] | None = field(default=None, init=False)
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.engine, Replicated):
+            self.engine.add_rejoin(self.rejoin)
 
     @classmethod
     def for_trainer(cls, model: Any, rundir: RunDir, engine: Engine, trainer: Any, gate: Gate, tolerance: float,
@@ -184,18 +228,18 @@ class Swap:
             self.loaded.add(step)
         return self.adapter(step)
 
-    async def _load(self, step: int, path: Path | None) -> None:
-        """Load `step` as ``name@step``: its tensors in memory where the engine can take them, else its folder."""
+    async def _load(self, engine: Engine, step: int, path: Path | None) -> None:
+        """Load `step` on `engine` as ``name@step``: its tensors in memory where the engine can take them, else
+        its folder."""
         pairs = None
-        if path is None and self.in_memory and isinstance(self.engine, InMemoryAdapters):
+        if path is None and self.in_memory and isinstance(engine, InMemoryAdapters):
             pairs = await asyncio.to_thread(self.trainer.adapter_pairs, step)
         if pairs is not None:
             self.publish(step)  # still only a checkpoint that exists in the run directory is served
-            await self.engine.load_adapter_pairs(self.adapter(step), pairs)  # type: ignore[attr-defined]
+            await engine.load_adapter_pairs(self.adapter(step), pairs)  # type: ignore[attr-defined]
         else:
             await asyncio.to_thread(self.trainer.wait_saved)  # the engine reads the checkpoint's folder
-            await self.engine.load_adapter(self.adapter(step), self.publish(step, path))
-        self.loaded.add(step)
+            await engine.load_adapter(self.adapter(step), self.publish(step, path))
 
     # -- the whole sequence after a step -----------------------------------------------------------
     async def after_step(self, step: int, metrics: dict[str, Any]) -> dict[str, Any]:
@@ -214,14 +258,18 @@ class Swap:
         say; and, on this step's trained sequences, the engine's move from the previous checkpoint (and
         from step 0) matching the trainer's, where the probe can tell them apart. Any failure unloads
         the adapter and raises `WeightSyncError`; the previous step stays served.
+
+        Over replicas (`Replicated`) every replica up loads and is checked; the step is served by those that
+        pass (`weight_sync/replica_<i>/ok`). Those that fail are taken out and restarted, unless all fail:
+        then the step fails as with one engine and the replicas keep serving the previous step.
         """
-        trainer, engine, adapter = self.trainer, self.engine, self.adapter(step)
+        trainer, adapter = self.trainer, self.adapter(step)
         t0 = time.perf_counter()
         probes = [self.probe, *probe_budget(trainer.trained_ids(step), self.probe_tokens)]
         existing = set(self.rundir.checkpoint_steps())
         alternatives = {"previous": step - 1, "step0": 0} if step > 1 else {"previous": 0} if step == 1 else {}
         alternatives = {k: a for k, a in alternatives.items() if a in existing}
-        reference = engine.sync_reference_dtype
+        reference = self.engine.sync_reference_dtype
 
         def trainer_side() -> tuple[dict[int, list[list[float]]], dict[int, str]]:
             steps = [step, *alternatives.values()]
@@ -229,31 +277,100 @@ class Swap:
             return logprobs, {s: trainer.adapter_fingerprint(s) for s in steps}
 
         trained_task = asyncio.ensure_future(asyncio.to_thread(trainer_side))  # overlaps the engine's load
-        try:
-            await self._load(step, path)
-            t_load = time.perf_counter() - t0
-            served = {step: await engine.sequences_logprobs(probes, adapter)}
-            for a in alternatives.values():
-                served[a] = await engine.sequences_logprobs(probes, await self.ensure_loaded(a))
-            engine_fp = await engine.adapter_fingerprint(adapter)
-        except BaseException:
-            await asyncio.gather(trained_task, return_exceptions=True)  # never leave it running unobserved
-            raise
-        trained, trainer_fp = await trained_task
-        metrics, failures, told_apart = _compare(step, served, trained, engine_fp, trainer_fp, alternatives,
-                                                 self.tolerance, adapter)
-        if failures:
-            self.loaded.discard(step)
-            await engine.unload_adapter(adapter)
-            raise WeightSyncError(f"weight-sync check failed for {adapter}: " + "; ".join(failures)
-                                  + "; the engine is not serving the trained weights, so this step is not served")
-        if alternatives and not told_apart and engine_fp is None:
+        async with self._lock:  # a restarted replica rejoins before or after this, never during it
+            try:
+                members = self.engine.members() if isinstance(self.engine, Replicated) else [(None, self.engine)]
+                if not members:
+                    raise ServiceError(f"{adapter}: no replica is up to load it", status=503, type="engine_unavailable")
+                for a in alternatives.values():
+                    await self.ensure_loaded(a)
+                checks = await asyncio.gather(*(self._check(e, step, path, probes, alternatives, trained_task)
+                                                for _, e in members), return_exceptions=True)
+                trained, trainer_fp = await trained_task
+            except BaseException:
+                await asyncio.gather(trained_task, return_exceptions=True)  # never leave it running unobserved
+                raise
+            passed = [c for c in checks if isinstance(c, _Check) and not c.failures]
+            if not passed:
+                self.loaded.discard(step)
+                for _, engine in members:
+                    with contextlib.suppress(Exception):
+                        await engine.unload_adapter(adapter)
+                first = checks[0]
+                if isinstance(first, BaseException):
+                    raise first
+                raise WeightSyncError(f"weight-sync check failed for {adapter}: " + "; ".join(first.failures)
+                                      + "; the engine is not serving the trained weights, so this step is not served")
+            self.loaded.add(step)
+            self._verified = (step, probes, trained[step], trainer_fp[step])
+            metrics = dict(max(passed, key=lambda c: c.metrics["weight_sync/max_abs_diff"]).metrics)
+            if isinstance(self.engine, Replicated):
+                metrics |= self._serve_replicas(members, checks, adapter)
+        t_load = max(c.t_load for c in passed)
+        if alternatives and not metrics["weight_sync/distinguishable"] and all(c.engine_fp is None for c in passed):
             logger.warning("%s: the probe cannot tell checkpoint %d from %s (se %s); weight sync is unverified this "
                            "step (weight_sync/distinguishable = 0)", adapter, step, sorted(alternatives.values()),
                            [round(metrics[f"weight_sync/vs_{k}/se"], 3) for k in alternatives])
         logger.info("%s: weight sync ok (max |dlogprob| %.2e, load %.3fs)", adapter,
                     metrics["weight_sync/max_abs_diff"], t_load)
         return {**metrics, "time/load_adapter_s": t_load, "time/swap_s": time.perf_counter() - t0}
+
+    async def _check(self, engine: Engine, step: int, path: Path | None, probes: list[list[int]],
+                     alternatives: dict[str, int], trained_task: asyncio.Future[Any]) -> _Check:
+        """Load `step` on `engine` and compare what it serves with the trainer (`_compare`)."""
+        t0, adapter = time.perf_counter(), self.adapter(step)
+        await self._load(engine, step, path)
+        t_load = time.perf_counter() - t0
+        served = {step: await engine.sequences_logprobs(probes, adapter)}
+        for a in alternatives.values():
+            served[a] = await engine.sequences_logprobs(probes, self.adapter(a))
+        engine_fp = await engine.adapter_fingerprint(adapter)
+        trained, trainer_fp = await trained_task
+        metrics, failures, _ = _compare(step, served, trained, engine_fp, trainer_fp, alternatives, self.tolerance,
+                                        adapter)
+        return _Check(metrics, failures, engine_fp, t_load)
+
+    def _serve_replicas(self, members: list[tuple[Any, Engine]], checks: list[_Check | BaseException],
+                        adapter: str) -> dict[str, float]:
+        """Serve `adapter` on the replicas that passed; take out the others. Returns per-replica metrics."""
+        replicas = self.engine
+        assert isinstance(replicas, Replicated)
+        metrics: dict[str, float] = {}
+        for (i, engine), check in zip(members, checks, strict=True):
+            ok = isinstance(check, _Check) and not check.failures
+            metrics[f"weight_sync/replica_{i}/ok"] = float(ok)
+            if isinstance(check, _Check):
+                metrics[f"weight_sync/replica_{i}/max_abs_diff"] = check.metrics["weight_sync/max_abs_diff"]
+            if ok:
+                replicas.serve(i, engine, adapter)
+                continue
+            reason = "; ".join(check.failures) if isinstance(check, _Check) else f"{type(check).__name__}: {check}"
+            logger.error("%s: replica %s failed the weight-sync check: %s", adapter, i, reason)
+            replicas.take_out(i, engine, f"weight-sync check of {adapter} failed")
+        metrics["weight_sync/replicas_ok"] = float(sum(1 for k, v in metrics.items() if k.endswith("/ok") and v))
+        metrics["weight_sync/replicas"] = float(len(members))
+        return metrics
+
+    async def rejoin(self, engine: Engine) -> list[str]:
+        """Load this model's adapters on a restarted replica and check it serves the newest verified step like
+        the trainer (probe logprobs and fingerprint); returns the adapters it may serve. `WeightSyncError` if not."""
+        async with self._lock:
+            await asyncio.to_thread(self.trainer.wait_saved)
+            for step in sorted(self.loaded):
+                await engine.load_adapter(self.adapter(step), self.publish(step))
+            if self._verified is not None:
+                step, probes, trained, trainer_fp = self._verified
+                adapter = self.adapter(step)
+                served = await engine.sequences_logprobs(probes, adapter)
+                engine_fp = await engine.adapter_fingerprint(adapter)
+                metrics, failures, _ = _compare(step, {step: served}, {step: trained}, engine_fp, {step: trainer_fp},
+                                                {}, self.tolerance, adapter)
+                if failures:
+                    raise WeightSyncError(f"weight-sync check failed for {adapter} on a restarted replica: "
+                                          + "; ".join(failures))
+                logger.info("%s: weight sync ok on a restarted replica (max |dlogprob| %.2e)", adapter,
+                            metrics["weight_sync/max_abs_diff"])
+            return [self.adapter(step) for step in sorted(self.loaded)]
 
     # -- retention ---------------------------------------------------------------------------------
     async def retain(self) -> list[int]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["ChatRequest", "Engine", "EngineError", "InMemoryAdapters", "SamplingParams"]
+__all__ = ["ChatRequest", "Engine", "EngineError", "EngineUnavailable", "InMemoryAdapters", "SamplingParams"]
 
 
 class EngineError(RuntimeError):
@@ -22,6 +22,14 @@ class EngineError(RuntimeError):
         super().__init__(message)
         self.status = status
         self.type = type
+
+
+class EngineUnavailable(EngineError):
+    """The engine's process is gone or not answering (connection refused or reset): the request did not
+    fail on its own account, and another replica may serve it."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, status=503, type="engine_unavailable")
 
 
 @dataclass(frozen=True)
@@ -50,6 +58,7 @@ class ChatRequest:
     tokens_as_ids: bool = False  # logprob tokens read "token_id:N"
     response_format: dict[str, Any] | None = None  # OpenAI's: json_schema / json_object constrain the reply
     extra: dict[str, Any] = field(default_factory=dict)  # other body fields, passed on where an engine can use them
+    session: str | None = None  # the trajectory it belongs to (header X-ART-Trajectory): replicas route on it
 
 
 @runtime_checkable

