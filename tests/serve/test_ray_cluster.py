@@ -3,7 +3,8 @@ two engine replicas as Ray actors (one on each node) and two trainer ranks, behi
 
 Rollouts run as Ray tasks against the endpoint; two async steps train. Then one replica's worker process
 is killed with SIGKILL while rollouts are in flight: no rollout is lost, the next step completes, and the
-replica comes back on its node with the current step loaded and verified.
+replica comes back on its node with the current step loaded and verified. Last, killing a replica's actor
+kills its worker process.
 """
 
 from __future__ import annotations
@@ -59,6 +60,15 @@ def _groups(model: art.Model, offset: int) -> list[art.TrajectoryGroup]:
             for g in range(GROUPS)]
 
 
+def _running(pid: int) -> bool:
+    """Whether `pid` is a live process (not gone, not a zombie waiting to be reaped)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in status
+
+
 async def test_two_node_ray_cluster_trains_async_and_survives_a_replica_sigkill(
     cluster: Any, tiny_model_path: Path, tmp_path: Path
 ) -> None:
@@ -112,5 +122,13 @@ async def test_two_node_ray_cluster_trains_async_and_survives_a_replica_sigkill(
         lines = httpx.get(f"{backend.url}/metrics").text.splitlines()
         restarts = [x for x in lines if x.startswith("art_replica_restarts_total{") and 'replica="1"' in x]
         assert len(restarts) == 1 and restarts[0].endswith(" 1.0"), lines
+
+        # killing a replica's actor kills its worker process too
+        other = replicas.replicas[0].engine
+        ray.kill(other.actor)  # type: ignore[union-attr]
+        deadline = time.monotonic() + 15
+        while _running(other.pid) and time.monotonic() < deadline:  # type: ignore[union-attr]
+            await asyncio.sleep(0.2)
+        assert not _running(other.pid)  # type: ignore[union-attr]
     finally:
         await backend.close()
