@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -73,5 +73,22 @@ class BackendConfig(BaseModel):
             "Engine replicas per base model behind the one endpoint, each its own local process (the "
             "transformers engine in a worker process, or a vLLM server); 1 serves from one engine as before. "
             "See docs/serving.md, 'Replicas'."
+        ),
+    )
+    replica_launcher: Literal["local", "ray"] = Field(
+        "local",
+        description=(
+            "How replicas start with `replicas` > 1: 'local' processes on this machine, or 'ray': each replica a "
+            "Ray actor that runs the embedded engine's worker process on the node Ray places it (calls "
+            "ray.init() if Ray is not initialised; RAY_ADDRESS joins a cluster). Transformers engine only. "
+            "See docs/scaling.md."
+        ),
+    )
+    replica_ray_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "Options for each replica's Ray actor, passed to `.options()` over the default "
+            "{'num_cpus': 1, 'scheduling_strategy': 'SPREAD'}: e.g. {'num_gpus': 1}, or "
+            "{'num_cpus': 0, 'resources': {'inference': 1}} to place replicas on nodes that offer that resource."
         ),
     )

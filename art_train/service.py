@@ -131,7 +131,14 @@ class ModelService:
             key = (str(path), kind, dtype)
             build = lambda: bundled_engine(kind, path, config, self.config.device, dtype,  # noqa: E731
                                            self.config.vllm_python)
-            if replicas > 1:
+            if replicas > 1 and self.config.replica_launcher == "ray":
+                if kind != "transformers":
+                    raise ServiceError(f"replica_launcher='ray' runs the embedded (transformers) engine's worker; "
+                                       f"got engine {kind!r}: use replica_launcher='local' for vLLM replicas")
+                from .serving import ray_launcher
+
+                launch = ray_launcher(path, config, self.config.device, dtype, self.config.replica_ray_options)
+            elif replicas > 1:
                 from .serving import local_launcher
 
                 launch = local_launcher(kind, path, config, self.config.device, dtype, self.config.vllm_python)

@@ -31,11 +31,11 @@ __all__ = ["WorkerEngine"]
 logger = logging.getLogger(__name__)
 
 
-def _free_port() -> int:
+def _free_port(host: str = "127.0.0.1") -> int:
     import socket
 
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return int(s.getsockname()[1])
 
 
@@ -48,20 +48,24 @@ class WorkerEngine:
     """
 
     def __init__(self, base_model: str | Path, *, model_config: Any = None, device: str | None = None,
-                 dtype: str | None = None, startup_timeout: float = 300.0, name: str = "worker") -> None:
+                 dtype: str | None = None, startup_timeout: float = 300.0, name: str = "worker",
+                 host: str = "127.0.0.1") -> None:
         self.base_model = str(base_model)
         self.model_config = model_config
         self.device, self.dtype = device, dtype
         self.startup_timeout = startup_timeout
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.host, self.port = host, _free_port(host)
         self.sync_tolerance: float | None = None  # read from the worker once it is up
         self.sync_reference_dtype: str | None = None
-        self._key = secrets.token_urlsafe(32)
-        self._client = httpx.AsyncClient(base_url=self.url, timeout=httpx.Timeout(600.0, connect=10.0),
-                                         headers={"Authorization": f"Bearer {self._key}"})
+        self._connect(f"http://{host}:{self.port}", secrets.token_urlsafe(32))
         self._proc: subprocess.Popen[bytes] | None = None
         self.log_path = Path(tempfile.gettempdir()) / f"art-{name}-{self.port}.log"
+
+    def _connect(self, url: str, key: str) -> None:
+        """Send calls to the worker at `url` with `key` (a worker this object started, or one started elsewhere)."""
+        self.url, self._key = url, key
+        self._client = httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(600.0, connect=10.0),
+                                         headers={"Authorization": f"Bearer {key}"})
 
     @property
     def pid(self) -> int | None:
@@ -72,7 +76,8 @@ class WorkerEngine:
 
     # -- process -------------------------------------------------------------------------------
     def _command(self) -> list[str]:
-        args = [sys.executable, "-m", "art_train.serving.worker", "--model", self.base_model, "--port", str(self.port)]
+        args = [sys.executable, "-m", "art_train.serving.worker", "--model", self.base_model, "--port", str(self.port),
+                "--host", self.host]
         if self.device:
             args += ["--device", self.device]
         if self.dtype:

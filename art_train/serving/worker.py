@@ -1,7 +1,7 @@
 """One embedded-engine replica as its own process: a `TransformersEngine` behind the `Engine` protocol over
 HTTP on loopback. `WorkerEngine` (remote_engine.py) starts it and is its client.
 
-    python -m art_train.serving.worker --model PATH --port N [--device cpu] [--dtype auto] [--model-config JSON]
+    python -m art_train.serving.worker --model PATH --port N [--host 127.0.0.1] [--device cpu] [--dtype auto] [--model-config JSON]
 
 Every request needs ``Authorization: Bearer $ART_WORKER_KEY`` (the key comes in the environment, so `ps`
 does not show it). Routes, all POST but /health: /chat, /chat_stream (one JSON line per chunk; an error as
@@ -114,7 +114,7 @@ async def _serve(args: argparse.Namespace, key: str) -> None:
     config = ModelConfig.model_validate_json(args.model_config) if args.model_config else None
     engine = TransformersEngine(args.model, model_config=config, device=args.device, dtype=args.dtype)
     await engine.start()  # the model is loaded before the port opens: /health answering means ready
-    server = uvicorn.Server(uvicorn.Config(create_worker_app(engine, key), host="127.0.0.1", port=args.port,
+    server = uvicorn.Server(uvicorn.Config(create_worker_app(engine, key), host=args.host, port=args.port,
                                            log_level="warning", lifespan="off"))
     parent = os.getppid()
 
@@ -135,6 +135,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m art_train.serving.worker")
     parser.add_argument("--model", required=True, help="base model folder")
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (a Ray replica binds its node's IP)")
     parser.add_argument("--device", default=None)
     parser.add_argument("--dtype", default=None)
     parser.add_argument("--model-config", default=None, help="the model's ModelConfig as JSON")

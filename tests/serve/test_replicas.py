@@ -74,6 +74,8 @@ def test_art_serve_takes_replicas_and_rejects_zero(capsys: pytest.CaptureFixture
 
     assert build_parser().parse_args(["serve", "--replicas", "3"]).replicas == 3
     assert build_parser().parse_args(["serve"]).replicas == BackendConfig().replicas == 1
+    assert build_parser().parse_args(["serve", "--replicas", "2", "--ray"]).ray  # replicas as Ray actors
+    assert not build_parser().parse_args(["serve"]).ray and BackendConfig().replica_launcher == "local"
     with pytest.raises(SystemExit) as exc:
         main(["serve", "--replicas", "0"])
     assert exc.value.code == 2 and "'0' is not a whole number >= 1" in capsys.readouterr().err
