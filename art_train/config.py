@@ -70,8 +70,9 @@ class BackendConfig(BaseModel):
         1,
         ge=1,
         description=(
-            "Engine replicas per base model behind the one endpoint, each its own local process (the "
-            "transformers engine in a worker process, or a vLLM server); 1 serves from one engine as before. "
+            "Engine replicas per base model behind the one endpoint, each its own process (the transformers "
+            "engine in a worker process, local or in a Ray actor: `replica_launcher`; or a vLLM server); 1 "
+            "serves from one engine as before. "
             "See docs/serving.md, 'Replicas'."
         ),
     )
