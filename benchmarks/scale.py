@@ -35,11 +35,12 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 RESULTS = Path(__file__).parent / "results" / "scale.json"
-WHY = ("2 cores bound both: 2 replicas are 2 processes of torch threads on the same 2 cores, so they add "
-       "batches in flight, not compute; decode of a 135M model is memory-bandwidth bound and the one engine "
-       "already batches every request. 2 ranks split the rows, but rank 0 keeps its torch threads while rank 1 "
-       "gets 1, so 3+ threads share 2 cores, and each optimizer step adds a gloo all-reduce of the LoRA "
-       "gradients. More processes pay only where each gets cores (or a GPU) of its own.")
+WHY = ("2 cores bound both. Replicas: 2 worker processes, each with torch's default threads, share the same "
+       "2 cores that 1 engine already keeps busy by batching every request in flight; a second replica adds "
+       "a second copy of the weights, an HTTP hop and halves each batch, not compute. Ranks: each rank trains "
+       "half the rows, but rank 0 keeps its torch threads while rank 1 gets cpus // 2 = 1, so 3 threads share "
+       "2 cores, and every optimizer step adds a gloo all-reduce of the LoRA gradients. More processes pay only "
+       "where each gets cores (or a GPU) of its own.")
 
 
 def machine() -> dict[str, Any]:
