@@ -172,8 +172,8 @@ def main() -> None:
     shape = {"groups": args.groups, "group_size": args.group_size, "prompt_words": args.prompt_words,
              "completion": args.completion}
     if args.child == "rollout":
-        result = asyncio.run(rollout(args.base_model, args.n, args.requests, args.max_tokens))
-        print("RESULT " + json.dumps(result), flush=True)  # noqa: T201 - to the parent
+        found = asyncio.run(rollout(args.base_model, args.n, args.requests, args.max_tokens))
+        print("RESULT " + json.dumps(found), flush=True)  # noqa: T201 - to the parent
         return
     if args.child == "step":
         print("RESULT " + json.dumps(step(args.base_model, args.n, args.steps, shape)), flush=True)  # noqa: T201
