@@ -103,6 +103,12 @@ def check_serve(doc: dict[str, Any]) -> None:
     assert doc["swap_parts_transformers"]["weight_sync_max_abs_diff"] < 1e-2
 
 
+def check_scale(doc: dict[str, Any]) -> None:
+    _keys(doc, "machine", "workload", "command", "why", "rollout", "step", "replicas_2_over_1", "ranks_2_over_1")
+    assert doc["replicas_2_over_1"] > 0 and doc["ranks_2_over_1"] > 0
+    assert doc["step"]["ranks"]["2"]["steps"][0]["trained_tokens"] == doc["step"]["ranks"]["1"]["steps"][0]["trained_tokens"]
+
+
 def check_swap_cost(doc: dict[str, Any]) -> None:
     steps = doc["runs"][0]["steps"]
     assert [s["step"] for s in steps] == [1, 2] and all(s["swap_s"] > 0 for s in steps)
@@ -146,6 +152,7 @@ SMOKES: dict[str, tuple[list[str], str, Callable[[dict[str, Any]], None]]] = {
     "observability": ([], "--out", check_observability),
     "reliability": ([], "--out", check_reliability),
     "ruler_tokens": ([], "--out", check_ruler_tokens),
+    "scale": ([], "--out", check_scale),
     "serve": (["--arms", "embedded,fp32,hf"], "--out", check_serve),
     "swap_cost": ([], "--out", check_swap_cost),
     "train_step": ([], "--out", check_train_step),
