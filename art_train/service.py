@@ -141,7 +141,8 @@ class ModelService:
             elif replicas > 1:
                 from .serving import local_launcher
 
-                launch = local_launcher(kind, path, config, self.config.device, dtype, self.config.vllm_python)
+                launch = local_launcher(kind, path, config, self.config.device, dtype, self.config.vllm_python,
+                                        replicas)
         if replicas > 1:
             from .serving import ReplicaSet
 

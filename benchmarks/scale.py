@@ -35,7 +35,7 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 RESULTS = Path(__file__).parent / "results" / "scale.json"
-WHY = ("2 cores bound both. Replicas: 2 worker processes, each with torch's default threads, share the same "
+WHY = ("2 cores bound both. Replicas: 2 worker processes of cores // 2 torch threads each share the same "
        "2 cores that 1 engine already keeps busy by batching every request in flight; a second replica adds "
        "a second copy of the weights, an HTTP hop and halves each batch, not compute. Ranks: each rank trains "
        "half the rows, but rank 0 keeps its torch threads while rank 1 gets cpus // 2 = 1, so 3 threads share "

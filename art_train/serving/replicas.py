@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -259,9 +260,12 @@ class ReplicaSet:
 
 
 def local_launcher(kind: str, path: Path, model_config: Any, device: str | None, dtype: str,
-                   vllm_python: str | None = None) -> Launch:
+                   vllm_python: str | None = None, replicas: int = 1) -> Launch:
     """Starts replica i as a local process: a `WorkerEngine` (embedded engine) or a `VLLMEngine` that does not
-    restart itself (the set does)."""
+    restart itself (the set does). On a CPU each embedded worker gets cores // `replicas` torch threads: at
+    torch's default every worker takes all cores and two replicas on 2 cores served 0.15x one replica's
+    tokens/s (`benchmarks/results/scale.json`)."""
+    threads = max(1, (os.cpu_count() or 1) // max(1, replicas))  # CPU ops only: harmless on a GPU
 
     async def launch(index: int) -> Engine:
         engine: Any
@@ -272,7 +276,8 @@ def local_launcher(kind: str, path: Path, model_config: Any, device: str | None,
         elif kind == "transformers":
             from .remote_engine import WorkerEngine
 
-            engine = WorkerEngine(path, model_config=model_config, device=device, dtype=dtype, name=f"replica{index}")
+            engine = WorkerEngine(path, model_config=model_config, device=device, dtype=dtype, name=f"replica{index}",
+                                  threads=threads)
         else:
             raise ValueError(f"unknown engine {kind!r}; use 'transformers' or 'vllm'")
         await engine.start()
