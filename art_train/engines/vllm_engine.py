@@ -14,8 +14,6 @@ import json
 import logging
 import os
 import secrets
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,18 +26,13 @@ import httpx
 from art_core.config import VLLMConfig
 
 from .base import ChatRequest, EngineError, EngineUnavailable
+from .child import free_port, stop_group
 
 __all__ = ["VLLMEngine"]
 
 logger = logging.getLogger(__name__)
 
 BASE_NAME = "base"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _on_gpu() -> bool:
@@ -95,7 +88,7 @@ class VLLMEngine:
         self.base_model = str(base_model)
         self.model_config = model_config
         self.python = python or os.environ.get("ART_VLLM_PYTHON") or sys.executable
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.settings: VLLMConfig = getattr(model_config, "vllm", None) or VLLMConfig()
         self.extra_args = [*self.settings.extra_args, *(extra_args or [])]
         self.startup_timeout = startup_timeout
@@ -236,16 +229,7 @@ class VLLMEngine:
 
     def _kill(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)  # its own group: the pid we started, and its children
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
+        stop_group(proc, grace=30)
 
     async def stop(self) -> None:
         self._stopping = True

@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import tempfile
@@ -24,19 +23,12 @@ from typing import Any
 import httpx
 
 from ..engines.base import ChatRequest, EngineError, EngineUnavailable
+from ..engines.child import free_port, stop_group
 from .worker import request_to_json
 
 __all__ = ["WorkerEngine"]
 
 logger = logging.getLogger(__name__)
-
-
-def _free_port(host: str = "127.0.0.1") -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 class WorkerEngine:
@@ -55,7 +47,7 @@ class WorkerEngine:
         self.device, self.dtype = device, dtype
         self.threads = threads  # the worker's torch threads (OMP_NUM_THREADS); None: torch's default
         self.startup_timeout = startup_timeout
-        self.host, self.port = host, _free_port(host)
+        self.host, self.port = host, free_port(host)
         self.sync_tolerance: float | None = None  # read from the worker once it is up
         self.sync_reference_dtype: str | None = None
         self._connect(f"http://{host}:{self.port}", secrets.token_urlsafe(32))
@@ -122,16 +114,7 @@ class WorkerEngine:
 
     def _kill(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)  # its own group: the pid we started, and any children
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
+        stop_group(proc, grace=20)
 
     async def stop(self) -> None:
         await asyncio.to_thread(self._kill)
