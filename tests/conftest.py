@@ -25,7 +25,29 @@ def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 HEAVY_FIXTURES = {"tiny_model_path", "tiny_tokenizer", "tiny_family", "art_serve", "served", "run"}
 
 
+# scripts/test.sh runs the tests in parallel (pytest-xdist, `--dist loadgroup`, one worker per core). Each
+# worker builds its own session fixtures, so the tests sharing an expensive one run on one worker: a
+# group per such fixture (and its conftest's directory), and a group per module for the rest (module
+# fixtures). The `vllm` tests form one group, one vLLM process at a time: each binds every core.
+SHARED_FIXTURES = {"art_serve", "served", "run"}
+
+
+def xdist_group(item: pytest.Item) -> str:
+    if item.get_closest_marker("vllm") is not None:
+        return "vllm"
+    info = getattr(item, "_fixtureinfo", None)
+    for name in sorted(SHARED_FIXTURES & set(getattr(item, "fixturenames", ()))):
+        defs = info.name2fixturedefs.get(name) if info is not None else None
+        if defs and defs[-1].scope == "session":
+            return f"{name}@{defs[-1].baseid or '.'}"
+    return item.nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if HEAVY_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.heavy)
+        item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
+    # the longest group first, so that it is not the one left running at the end (`--no-loadscope-reorder`)
+    items.sort(key=lambda item: item.get_closest_marker("vllm") is None)
