@@ -265,6 +265,11 @@ class Ranks:
     def running(self) -> bool:
         return bool(self._procs)
 
+    @property
+    def processes(self) -> list[RankProcess]:
+        """Ranks 1..world-1 (empty before the first step and after a failure)."""
+        return list(self._procs)
+
     def pids(self) -> list[int]:
         """The process ids of ranks 1..world-1 (empty before the first step and after a failure)."""
         return [p.pid for p in self._procs]
