@@ -287,12 +287,18 @@ class Ranks:
             except Exception as exc:
                 self._teardown()
                 raise RankFailedError(f"trainer rank {r} did not start: {exc}") from exc
-        deadline = time.monotonic() + self.timeout.total_seconds()
+        started = time.monotonic()
+        slow = started + 60  # then say what is being waited for, once
         while not store.check([f"art/up/{r}" for r in range(1, self.world)]):  # a rank that dies at import: say so
-            if (dead := self._dead()) or time.monotonic() > deadline:
+            if (dead := self._dead()) or time.monotonic() > started + timeout_s:
                 self._teardown()
                 raise RankFailedError(f"trainer {dead or 'ranks did not start in time'} before joining the process "
                                       "group (see their log above)")
+            if time.monotonic() > slow:
+                slow = float("inf")
+                logger.warning("trainer ranks 1..%d have not joined after 60 s (waiting up to %.0f s; as Ray actors, "
+                               "are the resources in train_ray_options free on the cluster?)", self.world - 1,
+                               timeout_s)
             time.sleep(0.05)
         try:
             dist.init_process_group(backend(self.device), store=store, rank=0, world_size=self.world,

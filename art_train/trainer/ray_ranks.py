@@ -87,7 +87,9 @@ class RayRank:
             return f"died with its Ray actor ({type(exc).__name__})"
         except ray.exceptions.RayTaskError as exc:
             cause = exc.cause if exc.cause is not None else exc
-            return f"raised {type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}"
+            return f"raised {type(cause).__name__}: {(str(cause).splitlines() or [''])[0]}"
+        except ray.exceptions.RayError as exc:  # its node or owner gone, ...
+            return f"was lost by Ray ({type(exc).__name__})"
         return "returned"
 
     def end(self) -> None:
