@@ -215,10 +215,15 @@ class ModelService:
         if self.config.train_procs > 1 and self._ranks is None:
             import torch
 
-            from .trainer.distributed import Ranks
+            from .trainer.distributed import RankLauncher, Ranks
 
             device = self.config.device or ("cuda" if torch.cuda.is_available() else "cpu")
-            self._ranks = Ranks(self.config.train_procs, device)
+            launcher: RankLauncher | None = None  # child processes
+            if self.config.train_launcher == "ray":
+                from .trainer.ray_ranks import RayRanks
+
+                launcher = RayRanks(self.config.train_ray_options)
+            self._ranks = Ranks(self.config.train_procs, device, launcher=launcher)
         return self._ranks
 
     def entry(self, name: str) -> _Entry:
