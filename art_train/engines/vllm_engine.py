@@ -28,7 +28,7 @@ from art_core.config import VLLMConfig
 from .base import ChatRequest, EngineError, EngineUnavailable
 from .child import free_port, stop_group
 
-__all__ = ["VLLMEngine"]
+__all__ = ["VLLMEngine", "omp_binding"]
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +66,16 @@ def _dtype_in(args: list[str]) -> str | None:
     return found
 
 
+def omp_binding(cpus: list[int], ranks: int) -> str | None:
+    """``VLLM_CPU_OMP_THREADS_BIND`` for a vLLM server with `ranks` CPU ranks on `cpus`: the cores cut into
+    `ranks` equal runs, ``|`` between ranks ([0, 1, 2, 3], 2 -> ``0,1|2,3``); None (vLLM's 'auto') when
+    there are fewer cores than ranks."""
+    per = len(cpus) // max(1, ranks)
+    if per == 0:
+        return None
+    return "|".join(",".join(map(str, cpus[r * per:(r + 1) * per])) for r in range(ranks))
+
+
 class VLLMEngine:
     """Serves a base model and LoRA adapters through a vLLM OpenAI server in a child process.
 
@@ -84,6 +94,7 @@ class VLLMEngine:
         extra_args: list[str] | None = None,
         startup_timeout: float = 600.0,
         restart: bool = True,
+        cpus: list[int] | None = None,
     ) -> None:
         self.base_model = str(base_model)
         self.model_config = model_config
@@ -95,6 +106,7 @@ class VLLMEngine:
         # False: no watchdog and no restart on a dropped connection, which raises `EngineUnavailable` (a
         # `ReplicaSet` restarts its replicas itself, and retries the request on another)
         self.restart = restart
+        self.cpus = cpus  # on a CPU: the cores its ranks are bound to (a replica's share), None: vLLM's 'auto'
         self.url = f"http://127.0.0.1:{self.port}"
         self.gpu = _on_gpu()
         # what vLLM serves on CPU: a --dtype in extra_args (it comes last and wins), else by the CPU
@@ -146,12 +158,20 @@ class VLLMEngine:
             args += ["--dtype", str(self.cpu_dtype), "--enforce-eager"]
         return args + self.extra_args
 
-    def _spawn(self) -> None:
+    def _env(self) -> dict[str, str]:
+        """The server's environment: ours, the LoRA and key settings, and on a CPU its KV cache and cores
+        (a value already set in ours wins)."""
         env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "VLLM_API_KEY": self.api_key}
         if not self.gpu:
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+            bind = omp_binding(self.cpus or [], self.settings.tensor_parallel_size)
+            if bind is not None:
+                env.setdefault("VLLM_CPU_OMP_THREADS_BIND", bind)
+        return env
+
+    def _spawn(self) -> None:
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
-        self._proc = subprocess.Popen(self._command(self._template_file), env=env, stdout=log,
+        self._proc = subprocess.Popen(self._command(self._template_file), env=self._env(), stdout=log,
                                       stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         logger.info("started vLLM (pid %d) on %s, log %s", self._proc.pid, self.url, self.log_path)
