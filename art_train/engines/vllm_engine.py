@@ -109,6 +109,11 @@ class VLLMEngine:
         self.cpus = cpus  # on a CPU: the cores its ranks are bound to (a replica's share), None: vLLM's 'auto'
         self.url = f"http://127.0.0.1:{self.port}"
         self.gpu = _on_gpu()
+        if self.settings.enable_sleep_mode and not self.gpu:
+            raise ValueError(
+                "vllm.enable_sleep_mode needs a GPU: vLLM's sleep mode frees GPU memory (CUDA or ROCm), and vLLM on "
+                "CPU refuses to start with it ('Sleep mode is not supported on current platform'); set "
+                "VLLMConfig(enable_sleep_mode=False) on this machine, or run on a GPU")
         # what vLLM serves on CPU: a --dtype in extra_args (it comes last and wins), else by the CPU
         self.cpu_dtype = None if self.gpu else _dtype_in(self.extra_args) or _cpu_dtype()
         # bfloat16 on CPU against a float32 trainer: rounding alone moves some probe tokens by ~0.25
@@ -125,6 +130,9 @@ class VLLMEngine:
         self._watchdog: asyncio.Task[None] | None = None
         self._stopping = False
         self._restart_lock = asyncio.Lock()
+        self.sleep_mode = self.settings.enable_sleep_mode
+        self._sleepers = 0  # models whose step is training now: vLLM sleeps while there is one
+        self._sleep_lock = asyncio.Lock()
         self.log_path = Path(tempfile.gettempdir()) / f"art-vllm-{self.port}.log"
 
     # -- process -------------------------------------------------------------------------------
@@ -167,6 +175,8 @@ class VLLMEngine:
             bind = omp_binding(self.cpus or [], self.settings.tensor_parallel_size)
             if bind is not None:
                 env.setdefault("VLLM_CPU_OMP_THREADS_BIND", bind)
+        if self.sleep_mode:
+            env["VLLM_SERVER_DEV_MODE"] = "1"  # vLLM serves /sleep and /wake_up only in its dev mode
         return env
 
     def _spawn(self) -> None:
@@ -266,6 +276,38 @@ class VLLMEngine:
 
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
+
+    # -- sleep mode (GPU) ---------------------------------------------------------------------------
+    async def _dev_post(self, path: str, params: dict[str, str] | None = None) -> None:
+        try:
+            r = await self._client.post(path, params=params)
+        except httpx.TransportError as exc:
+            raise EngineUnavailable(f"vLLM at {self.url} (pid {self.pid}) did not answer {path}: {exc!r}") from exc
+        if r.status_code >= 400:
+            raise EngineError(f"vLLM refused {path} ({r.status_code}): {r.text}")
+
+    async def sleep(self) -> None:
+        """Free vLLM's GPU memory for a training step: level 1 moves the base weights to CPU memory and drops
+        the KV cache; requests in flight finish first (mode=wait), later ones wait in vLLM until `wake_up`.
+        Models sharing this engine nest: it sleeps at the first `sleep` and wakes at the last `wake_up`.
+        Nothing happens without `enable_sleep_mode`."""
+        if not self.sleep_mode:
+            return
+        async with self._sleep_lock:
+            if self._sleepers == 0:
+                await self._dev_post("/sleep", {"level": "1", "mode": "wait"})
+                logger.info("vLLM (pid %s) is asleep while a step trains", self.pid)
+            self._sleepers += 1
+
+    async def wake_up(self) -> None:
+        """Bring the weights back (the adapters loaded stay loaded); see `sleep`."""
+        if not self.sleep_mode:
+            return
+        async with self._sleep_lock:
+            self._sleepers = max(0, self._sleepers - 1)
+            if self._sleepers == 0:  # tried again at the next step's end if this fails
+                await self._dev_post("/wake_up")
+                logger.info("vLLM (pid %s) is awake", self.pid)
 
     # -- adapters ------------------------------------------------------------------------------
     async def _load(self, name: str, path: Path) -> None:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..engines.base import ChatRequest, Engine, EngineError, EngineUnavailable
+from ..engines.base import ChatRequest, Engine, EngineError, EngineUnavailable, Sleeps
 from .router import Router, session_key
 
 __all__ = ["Launch", "Replica", "ReplicaSet", "core_share", "local_launcher"]
@@ -155,6 +155,26 @@ class ReplicaSet:
                         sorted(adapters))
             break
         self._restarting.pop(r.index, None)
+
+    # -- sleep mode: every replica up sleeps while a step trains ------------------------------
+    @property
+    def sleep_mode(self) -> bool:
+        return any(isinstance(r.engine, Sleeps) and r.engine.sleep_mode for r in self.replicas)
+
+    async def _each(self, call: Callable[[Sleeps], Awaitable[None]]) -> None:
+        members = [(i, e) for i, e in self.members() if isinstance(e, Sleeps)]
+        results = await asyncio.gather(*(call(e) for _, e in members), return_exceptions=True)
+        for (i, engine), result in zip(members, results, strict=True):
+            if isinstance(result, EngineUnavailable):
+                self.take_out(i, engine, str(result))  # it restarts awake
+            elif isinstance(result, BaseException):
+                raise result
+
+    async def sleep(self) -> None:
+        await self._each(lambda e: e.sleep())
+
+    async def wake_up(self) -> None:
+        await self._each(lambda e: e.wake_up())
 
     # -- routing -------------------------------------------------------------------------------
     async def _pick(self, adapter: str | None, key: str | None) -> Replica:

@@ -52,7 +52,8 @@ def test_each_setting_reaches_the_command_line(settings: dict[str, object], flag
     assert _value(args, flag) == value and args.count(flag) == 1
 
 
-def test_sleep_mode_is_a_bare_flag() -> None:
+def test_sleep_mode_is_a_bare_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vllm_engine, "_on_gpu", lambda: True)  # on a CPU it is refused (test_vllm_sleep.py)
     assert "--enable-sleep-mode" in _command(ModelConfig(vllm={"enable_sleep_mode": True}))  # type: ignore[arg-type]
     assert "--enable-sleep-mode" not in _command(ModelConfig())
 
