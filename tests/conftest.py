@@ -39,15 +39,29 @@ def xdist_group(item: pytest.Item) -> str:
     for name in sorted(SHARED_FIXTURES & set(getattr(item, "fixturenames", ()))):
         defs = info.name2fixturedefs.get(name) if info is not None else None
         if defs and defs[-1].scope == "session":
-            return f"{name}@{defs[-1].baseid or '.'}"
+            return f"{name}:{defs[-1].baseid or '.'}"
     return item.nodeid.split("::", 1)[0]
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
+def tag_group(item: pytest.Item, group: str) -> None:
+    """What xdist does for an `xdist_group` mark: the group after an '@' in the node id, which its scheduler
+    reads. xdist 3.8 sets `item._nodeid`, which pytest 9.2 no longer reads (its id is `item._id`, a NodeId
+    that keeps the string it was parsed from), so the groups are set here instead of by marks."""
+    tagged = f"{item.nodeid}@{group}"
+    if hasattr(item, "_id"):
+        from _pytest.nodeid import coerce_node_id
+
+        item._id = coerce_node_id(tagged)
+    else:
+        item._nodeid = tagged
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if HEAVY_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.heavy)
-        item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
+    if config.getoption("loadgroup", False):  # an xdist worker of a `--dist loadgroup` run
+        for item in items:
+            tag_group(item, xdist_group(item))
     # the longest group first, so that it is not the one left running at the end (`--no-loadscope-reorder`)
     items.sort(key=lambda item: item.get_closest_marker("vllm") is None)
