@@ -218,7 +218,7 @@ class ModelService:
             from .trainer.distributed import Ranks
 
             device = self.config.device or ("cuda" if torch.cuda.is_available() else "cpu")
-            self._ranks = Ranks(self.config.train_procs, device)
+            self._ranks = Ranks(self.config.train_procs, device, shard=self.config.train_shard)
         return self._ranks
 
     def entry(self, name: str) -> _Entry:

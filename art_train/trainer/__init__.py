@@ -4,7 +4,8 @@ Modules: `advantages`, `tokenize`, `packing`, `logprobs`, `losses` (pure functio
 `policy` (the LoRA model and optimizer a step works on); `grpo` and `sft` (one step each, top to
 bottom); `checkpoints` (save, resume, the pending-step journal, retention); `probe` (the
 weight-sync probe); `trainer` (`Trainer`, which holds the state and calls them); `distributed` and
-`rank` (the same step on N torch.distributed ranks, `BackendConfig(train_procs=N)`).
+`rank` (the same step on N torch.distributed ranks, `BackendConfig(train_procs=N)`); `fsdp` (their
+frozen base sharded with FSDP2, `BackendConfig(train_shard="fsdp")`).
 """
 
 from .advantages import GroupAdvantages, group_advantages, step_advantages

@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 from art_core import TrainableModel, TrajectoryGroup
 
-from .distributed import IDLE, Register, Step, Stop, Worker, backend, broadcast_params, rank_device
+from .distributed import IDLE, Logprobs, Register, Step, Stop, Worker, backend, broadcast_params, rank_device
 from .trainer import STEPS, Trainer
 
 __all__ = ["serve_rank"]
@@ -31,6 +31,7 @@ def serve_rank() -> None:
     store.set(f"art/up/{rank}", "1")
     trainers: dict[str, Trainer] = {}
     device = rank_device(os.environ["ART_TRAIN_DEVICE"], rank)
+    shard = os.environ.get("ART_TRAIN_SHARD") or None
     if device.startswith("cuda"):
         torch.cuda.set_device(device)
     dist.init_process_group(backend(device), store=store, rank=rank, world_size=world, timeout=timeout)
@@ -44,16 +45,20 @@ def serve_rank() -> None:
         if isinstance(command, Register):
             model = TrainableModel.model_validate_json(command.model)
             trainer = Trainer(model, command.rundir, base_path=command.base_path, device=device,
-                              ranks=Worker(rank, world))
+                              ranks=Worker(rank, world, shard))
             if trainer.step != command.step:
                 raise RuntimeError(f"rank {rank}: the newest checkpoint of {command.key} is {trainer.step}, "
                                    f"rank 0 is at {command.step}")
             broadcast_params(trainer.policy.params())
+            if shard == "fsdp":
+                trainer.policy.shard_base()
             trainers[command.key] = trainer
         elif isinstance(command, Step):
             groups = [TrajectoryGroup.model_validate_json(g) for g in command.groups]
             config = STEPS[command.kind][0].model_validate_json(command.config)
             trainers[command.key].follow(command.kind, command.step, groups, config)  # type: ignore[arg-type]
+        elif isinstance(command, Logprobs):
+            trainers[command.key].sequences_logprobs(command.sequences, command.step)  # rank 0 keeps the result
         else:
             raise TypeError(f"rank {rank}: unknown command {command!r}")
     dist.destroy_process_group()

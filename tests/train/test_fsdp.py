@@ -1,0 +1,69 @@
+"""The trainer on 2 ranks with the frozen base sharded by FSDP2 (`train_shard="fsdp"`, gloo, CPU, the tiny
+model) against 1 rank: each rank holds half the base, and the adapter and the weight-sync probe are the same."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import pytest
+
+import art_core as art
+from art_train.config import BackendConfig
+from art_train.trainer import Trainer
+from art_train.trainer.distributed import Ranks
+from art_train.trainer.fsdp import base_bytes
+from tests.train.test_distributed import LR, TOLERANCE, _groups, _lora, _max_diff, _model
+
+logger = logging.getLogger(__name__)
+
+
+def test_train_shard_needs_two_ranks() -> None:
+    with pytest.raises(ValueError, match="needs train_procs >= 2"):
+        BackendConfig(train_shard="fsdp")
+    assert BackendConfig(train_shard="fsdp", train_procs=2).train_shard == "fsdp"
+    with pytest.raises(ValueError, match="shard must be None or 'fsdp'"):
+        Ranks(2, "cpu", shard="zero3")
+
+
+def test_fsdp_ranks_hold_half_the_base_and_train_the_same_adapter_as_one(tiny_model_path: Path,
+                                                                         tmp_path: Path) -> None:
+    ranks = Ranks(2, "cpu", timeout_s=120, shard="fsdp")
+    one = Trainer(_model(tiny_model_path, "one"), art.RunDir("ranks", "one", tmp_path / "one"), device="cpu")
+    two = Trainer(_model(tiny_model_path, "two"), art.RunDir("ranks", "two", tmp_path / "two"), device="cpu",
+                  ranks=ranks)
+    try:
+        groups = _groups(one)
+        configs = [art.TrainConfig(learning_rate=LR),  # one optimizer step
+                   art.TrainConfig(learning_rate=LR, batch_size=5, beta=0.05)]  # 3 steps: old and reference logprobs
+        for config in configs:
+            t0 = time.perf_counter()
+            a = one.train(groups, config).metrics
+            t1 = time.perf_counter()
+            b = two.train(groups, config).metrics
+            logger.info("GRPO step: 1 rank %.1f s, 2 FSDP ranks %.1f s", t1 - t0, time.perf_counter() - t1)
+            for key in ("loss", "entropy", "kl", "clip_fraction", "grad_norm"):
+                assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-7), key
+            for key in ("trained_tokens", "optimizer_steps", "rows"):
+                assert b[key] == a[key], key
+
+        held, whole = base_bytes(two.policy.root)  # the base's shard on rank 0; rank 1 holds the rest
+        assert two.policy.root is not None and 0.45 * whole <= held <= 0.55 * whole, (held, whole)
+        diff = _max_diff(_lora(one), _lora(two))
+        assert max(float(v.abs().max()) for v in _lora(one).values()) > 10 * TOLERANCE  # the weights did move
+        assert diff < TOLERANCE
+
+        # the weight-sync probe runs on both ranks: under the adapter in memory and under a saved checkpoint
+        ids = [one.tokenizer("The capital of France is Paris.")["input_ids"]]
+        probe = 0.0
+        for step in (None, 1):
+            (a_logp,), (b_logp,) = one.sequences_logprobs(ids, step), two.sequences_logprobs(ids, step)
+            probe = max(probe, max(abs(x - y) for x, y in zip(a_logp, b_logp, strict=True)))
+        assert probe < 1e-5
+        logger.info("base bytes on rank 0: %d of %d; max |1 rank - 2 FSDP ranks|: LoRA %.2e, probe logprobs %.2e",
+                    held, whole, diff, probe)
+    finally:
+        ranks.stop()
+        one.close()
+        two.close()
