@@ -62,7 +62,10 @@ def shard_base(causal_lm: nn.Module, device: str) -> LogprobRoot:
     for layer in layers:
         fully_shard(layer, mesh=mesh, ignored_params=lora)
     root = LogprobRoot(causal_lm)
-    fully_shard(root, mesh=mesh, ignored_params=lora)  # the rest: embeddings, final norm, lm_head
+    # the rest (embeddings, final norm, lm_head), resharded after each forward too: FSDP keeps a root whole
+    # after a forward without grad, and rank 0's `state_dict()` (saving the LoRA) would then reshard it on
+    # rank 0 alone, so the next forward all-gathers it there and not elsewhere (a collective mismatch)
+    fully_shard(root, mesh=mesh, ignored_params=lora, reshard_after_forward=True)
     return root
 
 

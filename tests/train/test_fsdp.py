@@ -37,6 +37,8 @@ def test_fsdp_ranks_hold_half_the_base_and_train_the_same_adapter_as_one(tiny_mo
         groups = _groups(one)
         configs = [art.TrainConfig(learning_rate=LR),  # one optimizer step
                    art.TrainConfig(learning_rate=LR, batch_size=5, beta=0.05)]  # 3 steps: old and reference logprobs
+        ids = [one.tokenizer("The capital of France is Paris.")["input_ids"]]
+        probe = 0.0
         for config in configs:
             t0 = time.perf_counter()
             a = one.train(groups, config).metrics
@@ -47,6 +49,12 @@ def test_fsdp_ranks_hold_half_the_base_and_train_the_same_adapter_as_one(tiny_mo
                 assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-7), key
             for key in ("trained_tokens", "optimizer_steps", "rows"):
                 assert b[key] == a[key], key
+            # the weight-sync probe runs on both ranks, under the adapter in memory and a saved checkpoint; then
+            # rank 0 alone saves and fingerprints the LoRA, and the next step must still find the ranks in step
+            for step in (None, 1):
+                (a_logp,), (b_logp,) = one.sequences_logprobs(ids, step), two.sequences_logprobs(ids, step)
+                probe = max(probe, max(abs(x - y) for x, y in zip(a_logp, b_logp, strict=True)))
+            assert two.adapter_fingerprint()  # a state_dict() on rank 0 alone
 
         held, whole = base_bytes(two.policy.root)  # the base's shard on rank 0; rank 1 holds the rest
         assert two.policy.root is not None and 0.45 * whole <= held <= 0.55 * whole, (held, whole)
@@ -54,12 +62,6 @@ def test_fsdp_ranks_hold_half_the_base_and_train_the_same_adapter_as_one(tiny_mo
         assert max(float(v.abs().max()) for v in _lora(one).values()) > 10 * TOLERANCE  # the weights did move
         assert diff < TOLERANCE
 
-        # the weight-sync probe runs on both ranks: under the adapter in memory and under a saved checkpoint
-        ids = [one.tokenizer("The capital of France is Paris.")["input_ids"]]
-        probe = 0.0
-        for step in (None, 1):
-            (a_logp,), (b_logp,) = one.sequences_logprobs(ids, step), two.sequences_logprobs(ids, step)
-            probe = max(probe, max(abs(x - y) for x, y in zip(a_logp, b_logp, strict=True)))
         assert probe < 1e-5
         logger.info("base bytes on rank 0: %d of %d; max |1 rank - 2 FSDP ranks|: LoRA %.2e, probe logprobs %.2e",
                     held, whole, diff, probe)
