@@ -6,15 +6,16 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import art_core as art
 from art_train.config import BackendConfig
-from art_train.trainer import Trainer
+from art_train.trainer import Trainer, fsdp
 from art_train.trainer.distributed import Ranks
-from art_train.trainer.fsdp import base_bytes
-from tests.train.test_distributed import LR, TOLERANCE, _groups, _lora, _max_diff, _model
+from art_train.trainer.fsdp import base_bytes, padding
+from tests.train.test_distributed import LR, TOLERANCE, _groups, _lora, _max_diff, _model, _row
 
 logger = logging.getLogger(__name__)
 
@@ -27,8 +28,22 @@ def test_train_shard_needs_two_ranks() -> None:
         Ranks(2, "cpu", shard="zero3")
 
 
-def test_fsdp_ranks_hold_half_the_base_and_train_the_same_adapter_as_one(tiny_model_path: Path,
-                                                                         tmp_path: Path) -> None:
+def test_padding_brings_every_rank_to_the_busiest() -> None:
+    row = _row(4)
+    shards = [[(0, [row]), (0, [row])], [(0, [row])], []]  # 2 rows, 1, none
+    assert [padding(shards, r) for r in range(3)] == [0, 1, 2]
+
+
+def test_fsdp_ranks_hold_half_the_base_and_train_the_same_adapter_as_one(
+    tiny_model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pads: list[list[int]] = []  # per batch, the padding of each rank (all computed on rank 0)
+
+    def record(shards: list[Any], rank: int) -> int:
+        pads.append([padding(shards, r) for r in range(len(shards))])
+        return pads[-1][rank]
+
+    monkeypatch.setattr(fsdp, "padding", record)
     ranks = Ranks(2, "cpu", timeout_s=120, shard="fsdp")
     one = Trainer(_model(tiny_model_path, "one"), art.RunDir("ranks", "one", tmp_path / "one"), device="cpu")
     two = Trainer(_model(tiny_model_path, "two"), art.RunDir("ranks", "two", tmp_path / "two"), device="cpu",
@@ -63,8 +78,9 @@ def test_fsdp_ranks_hold_half_the_base_and_train_the_same_adapter_as_one(tiny_mo
         assert diff < TOLERANCE
 
         assert probe < 1e-5
-        logger.info("base bytes on rank 0: %d of %d; max |1 rank - 2 FSDP ranks|: LoRA %.2e, probe logprobs %.2e",
-                    held, whole, diff, probe)
+        assert any(sum(p) for p in pads)  # some batch had ranks with fewer rows: they ran padding
+        logger.info("base bytes on rank 0: %d of %d; max |1 rank - 2 FSDP ranks|: LoRA %.2e, probe logprobs %.2e; "
+                    "padding rows per batch and rank %s", held, whole, diff, probe, pads)
     finally:
         ranks.stop()
         one.close()
