@@ -26,6 +26,9 @@ def test_train_shard_needs_two_ranks() -> None:
     assert BackendConfig(train_shard="fsdp", train_procs=2).train_shard == "fsdp"
     with pytest.raises(ValueError, match="shard must be None or 'fsdp'"):
         Ranks(2, "cpu", shard="zero3")
+    from art_train.cli import build_parser
+
+    assert build_parser().parse_args(["serve", "--train-procs", "2", "--train-shard", "fsdp"]).train_shard == "fsdp"
 
 
 def test_padding_brings_every_rank_to_the_busiest() -> None:
