@@ -165,7 +165,6 @@ class Worker:
 
     rank: int
     world: int
-    shard: str | None = None  # "fsdp": the frozen base sharded over the ranks
 
 
 def backend(device: str) -> str:

@@ -1,5 +1,6 @@
 """The trainer on 2 ranks with the frozen base sharded by FSDP2 (`train_shard="fsdp"`, gloo, CPU, the tiny
-model) against 1 rank: each rank holds half the base, and the adapter and the weight-sync probe are the same."""
+model) against 1 rank: each rank holds half the base, and the adapter (2 GRPO steps, then an SFT step) and
+the weight-sync probe are the same."""
 
 from __future__ import annotations
 
@@ -73,6 +74,11 @@ def test_fsdp_ranks_hold_half_the_base_and_train_the_same_adapter_as_one(
                 (a_logp,), (b_logp,) = one.sequences_logprobs(ids, step), two.sequences_logprobs(ids, step)
                 probe = max(probe, max(abs(x - y) for x, y in zip(a_logp, b_logp, strict=True)))
             assert two.adapter_fingerprint()  # a state_dict() on rank 0 alone
+
+        sft = [t for g in groups for t in g.trajectories]
+        a_sft = one.train_sft(sft, art.SFTConfig(learning_rate=LR, batch_size=5)).metrics
+        b_sft = two.train_sft(sft, art.SFTConfig(learning_rate=LR, batch_size=5)).metrics
+        assert b_sft["loss"] == pytest.approx(a_sft["loss"], rel=1e-5)
 
         held, whole = base_bytes(two.policy.root)  # the base's shard on rank 0; rank 1 holds the rest
         assert two.policy.root is not None and 0.45 * whole <= held <= 0.55 * whole, (held, whole)
