@@ -290,7 +290,12 @@ class Ranks:
 
     @contextmanager
     def _run(self, trainer: Any, step: int, command: Step | Logprobs) -> Iterator[None]:
+        key = str(trainer.rundir.path)
         with self.lock:
+            if key not in self._registered and trainer.policy.root is not None:  # the other shards left with the ranks
+                raise RuntimeError(f"{key}: its base was sharded over trainer ranks that have stopped since (a failed "
+                                   "step stops them), so its weights are incomplete here; restart the service "
+                                   "(train_shard='fsdp' cannot start the ranks again)")
             if self._procs and any(p.poll() is not None for p in self._procs):
                 logger.warning("trainer %s since the last step: starting ranks 1..%d again", self._dead(),
                                self.world - 1)
@@ -298,12 +303,7 @@ class Ranks:
             try:
                 if not self._procs:
                     self._start()
-                key = str(trainer.rundir.path)
                 if key not in self._registered:
-                    if trainer.policy.root is not None:  # sharded with ranks that are gone, and its other halves
-                        raise RuntimeError(f"{key}: its base was sharded over trainer ranks that have stopped, "
-                                           "so its weights are incomplete here; restart the service (train_shard="
-                                           "'fsdp' does not restart ranks after a failure)")
                     self._send(Register(key, trainer.model.model_dump_json(), trainer.rundir, trainer.base_path,
                                         trainer.step))
                     broadcast_params(trainer.policy.params())
@@ -315,13 +315,13 @@ class Ranks:
             except Exception as exc:
                 dead = self._dead()
                 self._teardown()
+                again = ("restart the service: with train_shard='fsdp' the other shards of the base left with them"
+                         if self.shard else "they start again, from the newest checkpoint, with the next step")
                 if dead or isinstance(exc, dist.DistError) or "gloo" in str(exc) or "NCCL" in str(exc):
                     raise RankFailedError(
                         f"step {step} failed on the trainer's ranks ({dead or f'{type(exc).__name__}: {exc}'}); "
-                        f"ranks 1..{self.world - 1} were stopped and start again, from the newest checkpoint, with "
-                        "the next step") from exc
-                logger.warning("step %d raised on rank 0: ranks 1..%d stopped; they start again with the next step",
-                               step, self.world - 1)
+                        f"ranks 1..{self.world - 1} were stopped; {again}") from exc
+                logger.warning("step %d raised on rank 0: ranks 1..%d stopped; %s", step, self.world - 1, again)
                 raise
 
     def stop(self) -> None:

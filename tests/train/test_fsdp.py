@@ -5,6 +5,8 @@ the weight-sync probe are the same."""
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ import pytest
 import art_core as art
 from art_train.config import BackendConfig
 from art_train.trainer import Trainer, fsdp
-from art_train.trainer.distributed import Ranks
+from art_train.trainer.distributed import RankFailedError, Ranks
 from art_train.trainer.fsdp import base_bytes, padding
 from tests.train.test_distributed import LR, TOLERANCE, _groups, _lora, _max_diff, _model, _row
 
@@ -90,6 +92,21 @@ def test_fsdp_ranks_hold_half_the_base_and_train_the_same_adapter_as_one(
         assert any(sum(p) for p in pads)  # some batch had ranks with fewer rows: they ran padding
         logger.info("base bytes on rank 0: %d of %d; max |1 rank - 2 FSDP ranks|: LoRA %.2e, probe logprobs %.2e; "
                     "padding rows per batch and rank %s", held, whole, diff, probe, pads)
+
+        # a failed step stops the ranks, and with them the other half of the base: rank 0 says to restart
+        (victim,) = ranks.pids()
+        step, weights = two.step, _lora(two)
+
+        def kill_rank_1(event: dict[str, Any]) -> None:
+            if event["phase"] == "forward_backward" and event["done"] == 1:
+                os.kill(victim, signal.SIGKILL)
+
+        with pytest.raises(RankFailedError, match=r"rank 1 exited with code -9.*restart the service"):
+            two.train(groups, configs[0], progress=kill_rank_1)
+        assert two.step == step and _max_diff(_lora(two), weights) == 0 and not ranks.running  # rolled back
+        with pytest.raises(RuntimeError, match="weights are incomplete here; restart the service"):
+            two.train(groups, configs[0])
+        assert not ranks.running
     finally:
         ranks.stop()
         one.close()
