@@ -14,6 +14,9 @@ Two rules follow from the all-gathers, which every rank must run in the same ord
 - Every forward goes through one module, the root (`LogprobRoot`), so the embeddings and the lm_head,
   which `row_logprobs` reads outside any module call, are gathered around it. Forwards between steps (the
   weight-sync probe) are collective too: rank 0 sends them to the other ranks (`distributed.Logprobs`).
+
+Each rank loads the whole base before sharding it, and rank 0 keeps it whole until the first step. A failed
+step stops the other ranks and their shards with them: rank 0 then asks for a restart (`Ranks`).
 """
 
 from __future__ import annotations
