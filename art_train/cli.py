@@ -73,8 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="engine replicas behind the endpoint, each its own process (default 1: one engine in this "
                         "process, or one vLLM server); see docs/serving.md, 'Replicas'")
     s.add_argument("--ray", action="store_true",
-                   help="start the --replicas as Ray actors (placed by Ray; RAY_ADDRESS joins a cluster) instead of "
-                        "local processes; see docs/scaling.md")
+                   help="start the --replicas and trainer ranks 2..N of --train-procs as Ray actors (placed by Ray; "
+                        "RAY_ADDRESS joins a cluster) instead of local processes; see docs/scaling.md")
     s.add_argument("--max-request-mb", type=float, default=256,
                    help="largest request body accepted, in MB (default 256); larger ones get a 413")
     s.add_argument("--log-level", default="info")
@@ -122,7 +122,8 @@ def serve(args: argparse.Namespace) -> int:
                                          vllm_python=args.vllm_python, engine_dtype=args.engine_dtype,
                                          sync_probe_tokens=args.sync_probe_tokens, train_procs=args.train_procs,
                                          train_shard=args.train_shard, replicas=args.replicas,
-                                         replica_launcher="ray" if args.ray else "local"))
+                                         replica_launcher="ray" if args.ray else "local",
+                                         train_launcher="ray" if args.ray else "local"))
     app = create_app(service, api_key=args.api_key, max_body_bytes=int(args.max_request_mb * 2**20))
 
     @app.on_event("shutdown")

@@ -61,9 +61,28 @@ class BackendConfig(BaseModel):
         1,
         ge=1,
         description=(
-            "Trainer ranks: 1 trains in the service's process; N > 1 adds N-1 child processes in one "
-            "torch.distributed group (gloo on CPU, NCCL on CUDA, rank r on cuda:r) that share each step's rows "
-            "and sum their LoRA gradients (docs/training.md, 'Multi-process trainer')."
+            "Trainer ranks: 1 trains in the service's process; N > 1 adds N-1 ranks (child processes, or Ray "
+            "actors: `train_launcher`) in one torch.distributed group (gloo on CPU, NCCL on CUDA, rank r on "
+            "cuda:r) that share each step's rows and sum their LoRA gradients (docs/training.md, "
+            "'Multi-process trainer')."
+        ),
+    )
+    train_launcher: Literal["local", "ray"] = Field(
+        "local",
+        description=(
+            "How ranks 1..N-1 start with `train_procs` = N > 1: 'local' child processes of this one, or 'ray': "
+            "each rank a Ray actor on the node Ray places it, joining rank 0's group at rank 0's node IP (calls "
+            "ray.init() if Ray is not initialised; RAY_ADDRESS joins a cluster). Rank 0 stays in this process. "
+            "Ranks on other nodes read rank 0's checkpoints: the run directory (`path`) must be on a filesystem "
+            "every node sees. See docs/scaling.md."
+        ),
+    )
+    train_ray_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "Options for each trainer rank's Ray actor, passed to `.options()` (Ray's defaults otherwise): "
+            "e.g. {'num_gpus': 1}, or {'num_cpus': 2, 'resources': {'trainer': 1}} to place ranks on nodes that "
+            "offer that resource. A rank takes num_cpus torch threads when given, else its node's cores // N."
         ),
     )
     train_shard: Literal["fsdp"] | None = Field(

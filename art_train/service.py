@@ -36,7 +36,7 @@ from art_core.rundir import art_home, check_name
 
 from .config import BackendConfig
 from .engines import bundled_engine
-from .engines.base import ChatRequest, Engine, EngineError
+from .engines.base import ChatRequest, Engine, EngineError, Sleeps
 from .errors import ServiceError, WeightSyncError
 from .gate import Gate
 from .malloc import limit_malloc_arenas
@@ -150,9 +150,9 @@ class ModelService:
         if key not in self._engines:
             try:
                 engine = build()
+                await engine.start()  # a replica set builds its engines here
             except ValueError as exc:
                 raise ServiceError(str(exc)) from exc
-            await engine.start()
             self._engines[key] = engine
         engine = self._engines[key]
         wanted = getattr(config, "vllm", None)
@@ -215,10 +215,16 @@ class ModelService:
         if self.config.train_procs > 1 and self._ranks is None:
             import torch
 
-            from .trainer.distributed import Ranks
+            from .trainer.distributed import RankLauncher, Ranks
 
             device = self.config.device or ("cuda" if torch.cuda.is_available() else "cpu")
-            self._ranks = Ranks(self.config.train_procs, device, shard=self.config.train_shard)
+            launcher: RankLauncher | None = None  # child processes
+            if self.config.train_launcher == "ray":
+                from .trainer.ray_ranks import RayRanks
+
+                launcher = RayRanks(self.config.train_ray_options)
+            self._ranks = Ranks(self.config.train_procs, device, launcher=launcher,
+                                shard=self.config.train_shard)
         return self._ranks
 
     def entry(self, name: str) -> _Entry:
@@ -329,20 +335,31 @@ class ModelService:
     async def _train(self, entry: _Entry, run: Callable[[Any, Progress], TrainResult], progress: Progress | None,
                      step_id: str | None, hold: bool = True) -> TrainResult:
         """Train one step with `run`, then the swap. With `hold` (sync mode) inference waits from before the
-        step until the new adapter is served; without, it goes on under the old one. A call repeated with
-        the same `step_id` (a client retrying across a restart) returns its step instead of training again."""
+        step until the new adapter is served; without, it goes on under the old one. An engine in sleep mode
+        (`Sleeps`, vLLM's `enable_sleep_mode`) sleeps while the step trains and wakes before the swap loads the
+        new adapter; its model's requests then wait at the gate in either mode. A call repeated with the same
+        `step_id` (a client retrying across a restart) returns its step instead of training again."""
         done = entry.trainer.completed(step_id) if step_id else None
         if done is not None and entry.step is not None and done.step <= entry.step:
             return done
         assert entry.swap is not None
         report = progress or (lambda _: None)
+        engine = entry.engine
+        sleeper = engine if isinstance(engine, Sleeps) and engine.sleep_mode else None
+        hold = hold or sleeper is not None  # an engine asleep serves nothing
         async with entry.train_lock:
             if hold:
                 report({"type": "progress", "phase": "hold", "done": 0, "total": 1})
                 await entry.gate.hold()
             try:
-                result: TrainResult = await asyncio.to_thread(
-                    run, entry.trainer, lambda event: report({"type": "progress", **event}))
+                if sleeper is not None:
+                    await sleeper.sleep()
+                try:
+                    result: TrainResult = await asyncio.to_thread(
+                        run, entry.trainer, lambda event: report({"type": "progress", **event}))
+                finally:
+                    if sleeper is not None:
+                        await sleeper.wake_up()
                 report({"type": "progress", "phase": "swap", "done": 0, "total": 1})
                 swap = await entry.swap.after_step(result.step, result.metrics)
                 report({"type": "progress", "phase": "swap", "done": 1, "total": 1})

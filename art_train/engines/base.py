@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["ChatRequest", "Engine", "EngineError", "EngineUnavailable", "InMemoryAdapters", "SamplingParams"]
+__all__ = ["ChatRequest", "Engine", "EngineError", "EngineUnavailable", "InMemoryAdapters", "SamplingParams", "Sleeps"]
 
 
 class EngineError(RuntimeError):
@@ -113,3 +113,20 @@ class InMemoryAdapters(Protocol):
     async def load_adapter_pairs(self, name: str, lora: dict[str, Any]) -> None:
         """Serve `lora` (``{module: art_train.lora.LoraPair}``) as adapter `name`."""
         ...
+
+
+@runtime_checkable
+class Sleeps(Protocol):
+    """An engine that can free its accelerator memory while a trainer on the same device trains a step
+    (vLLM's sleep mode). The service calls `sleep` before each step of a model served by it and `wake_up`
+    after, before the swap loads the new adapter; meanwhile the model's requests wait at its gate.
+
+    Attributes:
+        sleep_mode: whether it was started able to sleep (else both calls do nothing).
+    """
+
+    sleep_mode: bool
+
+    async def sleep(self) -> None: ...
+
+    async def wake_up(self) -> None: ...

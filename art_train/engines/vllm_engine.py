@@ -28,7 +28,7 @@ from art_core.config import VLLMConfig
 from .base import ChatRequest, EngineError, EngineUnavailable
 from .child import free_port, stop_group
 
-__all__ = ["VLLMEngine"]
+__all__ = ["VLLMEngine", "omp_binding"]
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +66,16 @@ def _dtype_in(args: list[str]) -> str | None:
     return found
 
 
+def omp_binding(cpus: list[int], ranks: int) -> str | None:
+    """``VLLM_CPU_OMP_THREADS_BIND`` for a vLLM server with `ranks` CPU ranks on `cpus`: the cores cut into
+    `ranks` equal runs, ``|`` between ranks ([0, 1, 2, 3], 2 -> ``0,1|2,3``); None (vLLM's 'auto') when
+    there are fewer cores than ranks."""
+    per = len(cpus) // max(1, ranks)
+    if per == 0:
+        return None
+    return "|".join(",".join(map(str, cpus[r * per:(r + 1) * per])) for r in range(ranks))
+
+
 class VLLMEngine:
     """Serves a base model and LoRA adapters through a vLLM OpenAI server in a child process.
 
@@ -84,6 +94,7 @@ class VLLMEngine:
         extra_args: list[str] | None = None,
         startup_timeout: float = 600.0,
         restart: bool = True,
+        cpus: list[int] | None = None,
     ) -> None:
         self.base_model = str(base_model)
         self.model_config = model_config
@@ -95,8 +106,14 @@ class VLLMEngine:
         # False: no watchdog and no restart on a dropped connection, which raises `EngineUnavailable` (a
         # `ReplicaSet` restarts its replicas itself, and retries the request on another)
         self.restart = restart
+        self.cpus = cpus  # on a CPU: the cores its ranks are bound to (a replica's share), None: vLLM's 'auto'
         self.url = f"http://127.0.0.1:{self.port}"
         self.gpu = _on_gpu()
+        if self.settings.enable_sleep_mode and not self.gpu:
+            raise ValueError(
+                "vllm.enable_sleep_mode needs a GPU: vLLM's sleep mode frees GPU memory (CUDA or ROCm), and vLLM on "
+                "CPU refuses to start with it ('Sleep mode is not supported on current platform'); set "
+                "VLLMConfig(enable_sleep_mode=False) on this machine, or run on a GPU")
         # what vLLM serves on CPU: a --dtype in extra_args (it comes last and wins), else by the CPU
         self.cpu_dtype = None if self.gpu else _dtype_in(self.extra_args) or _cpu_dtype()
         # bfloat16 on CPU against a float32 trainer: rounding alone moves some probe tokens by ~0.25
@@ -113,6 +130,9 @@ class VLLMEngine:
         self._watchdog: asyncio.Task[None] | None = None
         self._stopping = False
         self._restart_lock = asyncio.Lock()
+        self.sleep_mode = self.settings.enable_sleep_mode
+        self._sleepers = 0  # models whose step is training now: vLLM sleeps while there is one
+        self._sleep_lock = asyncio.Lock()
         self.log_path = Path(tempfile.gettempdir()) / f"art-vllm-{self.port}.log"
 
     # -- process -------------------------------------------------------------------------------
@@ -146,12 +166,22 @@ class VLLMEngine:
             args += ["--dtype", str(self.cpu_dtype), "--enforce-eager"]
         return args + self.extra_args
 
-    def _spawn(self) -> None:
+    def _env(self) -> dict[str, str]:
+        """The server's environment: ours, the LoRA and key settings, and on a CPU its KV cache and cores
+        (a value already set in ours wins)."""
         env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "VLLM_API_KEY": self.api_key}
         if not self.gpu:
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+            bind = omp_binding(self.cpus or [], self.settings.tensor_parallel_size)
+            if bind is not None:
+                env.setdefault("VLLM_CPU_OMP_THREADS_BIND", bind)
+        if self.sleep_mode:
+            env["VLLM_SERVER_DEV_MODE"] = "1"  # vLLM serves /sleep and /wake_up only in its dev mode
+        return env
+
+    def _spawn(self) -> None:
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
-        self._proc = subprocess.Popen(self._command(self._template_file), env=env, stdout=log,
+        self._proc = subprocess.Popen(self._command(self._template_file), env=self._env(), stdout=log,
                                       stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         logger.info("started vLLM (pid %d) on %s, log %s", self._proc.pid, self.url, self.log_path)
@@ -246,6 +276,38 @@ class VLLMEngine:
 
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
+
+    # -- sleep mode (GPU) ---------------------------------------------------------------------------
+    async def _dev_post(self, path: str, params: dict[str, str] | None = None) -> None:
+        try:
+            r = await self._client.post(path, params=params)
+        except httpx.TransportError as exc:
+            raise EngineUnavailable(f"vLLM at {self.url} (pid {self.pid}) did not answer {path}: {exc!r}") from exc
+        if r.status_code >= 400:
+            raise EngineError(f"vLLM refused {path} ({r.status_code}): {r.text}")
+
+    async def sleep(self) -> None:
+        """Free vLLM's GPU memory for a training step: level 1 moves the base weights to CPU memory and drops
+        the KV cache; requests in flight finish first (mode=wait), later ones wait in vLLM until `wake_up`.
+        Models sharing this engine nest: it sleeps at the first `sleep` and wakes at the last `wake_up`.
+        Nothing happens without `enable_sleep_mode`."""
+        if not self.sleep_mode:
+            return
+        async with self._sleep_lock:
+            if self._sleepers == 0:
+                await self._dev_post("/sleep", {"level": "1", "mode": "wait"})
+                logger.info("vLLM (pid %s) is asleep while a step trains", self.pid)
+            self._sleepers += 1
+
+    async def wake_up(self) -> None:
+        """Bring the weights back (the adapters loaded stay loaded); see `sleep`."""
+        if not self.sleep_mode:
+            return
+        async with self._sleep_lock:
+            self._sleepers = max(0, self._sleepers - 1)
+            if self._sleepers == 0:  # tried again at the next step's end if this fails
+                await self._dev_post("/wake_up")
+                logger.info("vLLM (pid %s) is awake", self.pid)
 
     # -- adapters ------------------------------------------------------------------------------
     async def _load(self, name: str, path: Path) -> None:

@@ -29,7 +29,7 @@ from ..engines.base import Engine, EngineUnavailable
 from .remote_engine import WorkerEngine
 from .replicas import Launch
 
-__all__ = ["RayWorkerEngine", "ray_launcher"]
+__all__ = ["RayWorkerEngine", "init_ray", "ray_launcher"]
 
 logger = logging.getLogger(__name__)
 
@@ -123,7 +123,8 @@ class RayWorkerEngine(WorkerEngine):
         await self._client.aclose()
 
 
-def _init_ray() -> None:
+def init_ray() -> None:
+    """`ray.init()` unless Ray is initialised: joins RAY_ADDRESS when set, else starts a local Ray."""
     import ray
 
     if ray.is_initialized():
@@ -147,7 +148,7 @@ def ray_launcher(path: Path, model_config: Any, device: str | None, dtype: str,
         engine = ReplicaSet(ray_launcher(path, model.config, "cuda", "auto", {"num_gpus": 1}), 2)
         await engine.start()
     """
-    _init_ray()
+    init_ray()
 
     async def launch(index: int) -> Engine:
         engine = RayWorkerEngine(path, model_config=model_config, device=device, dtype=dtype,

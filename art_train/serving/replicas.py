@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..engines.base import ChatRequest, Engine, EngineError, EngineUnavailable
+from ..engines.base import ChatRequest, Engine, EngineError, EngineUnavailable, Sleeps
 from .router import Router, session_key
 
-__all__ = ["Launch", "Replica", "ReplicaSet", "local_launcher"]
+__all__ = ["Launch", "Replica", "ReplicaSet", "core_share", "local_launcher"]
 
 logger = logging.getLogger(__name__)
 
@@ -156,6 +156,26 @@ class ReplicaSet:
             break
         self._restarting.pop(r.index, None)
 
+    # -- sleep mode: every replica up sleeps while a step trains ------------------------------
+    @property
+    def sleep_mode(self) -> bool:
+        return any(isinstance(r.engine, Sleeps) and r.engine.sleep_mode for r in self.replicas)
+
+    async def _each(self, call: Callable[[Sleeps], Awaitable[None]]) -> None:
+        members = [(i, e) for i, e in self.members() if isinstance(e, Sleeps)]
+        results = await asyncio.gather(*(call(e) for _, e in members), return_exceptions=True)
+        for (i, engine), result in zip(members, results, strict=True):
+            if isinstance(result, EngineUnavailable):
+                self.take_out(i, engine, str(result))  # it restarts awake
+            elif isinstance(result, BaseException):
+                raise result
+
+    async def sleep(self) -> None:
+        await self._each(lambda e: e.sleep())
+
+    async def wake_up(self) -> None:
+        await self._each(lambda e: e.wake_up())
+
     # -- routing -------------------------------------------------------------------------------
     async def _pick(self, adapter: str | None, key: str | None) -> Replica:
         """The replica for a request (waiting up to `wait_s` for one that is up and holds `adapter`)."""
@@ -259,20 +279,33 @@ class ReplicaSet:
         return None if result is None else str(result)
 
 
+def core_share(cpus: list[int], replicas: int, index: int) -> list[int]:
+    """Replica `index`'s cores: `cpus` cut into `replicas` equal runs ([0, 1, 2, 3], 2 replicas -> [0, 1] and
+    [2, 3]; a remainder is left unused), or one core each in turn when there are more replicas than cores."""
+    per = len(cpus) // max(1, replicas)
+    if per == 0:
+        return [cpus[index % len(cpus)]] if cpus else []
+    return cpus[index * per:(index + 1) * per]
+
+
 def local_launcher(kind: str, path: Path, model_config: Any, device: str | None, dtype: str,
                    vllm_python: str | None = None, replicas: int = 1) -> Launch:
     """Starts replica i as a local process: a `WorkerEngine` (embedded engine) or a `VLLMEngine` that does not
     restart itself (the set does). On a CPU each embedded worker gets cores // `replicas` torch threads: at
     torch's default every worker takes all cores and two replicas on 2 cores served 0.15x one replica's
-    tokens/s (`benchmarks/results/scale.json`)."""
+    tokens/s (`benchmarks/results/scale.json`). Each vLLM replica on a CPU is bound to its share of the cores
+    (`core_share`, as ``VLLM_CPU_OMP_THREADS_BIND`` unless that is set): vLLM's 'auto' binding puts every
+    replica on the same cores."""
     threads = max(1, (os.cpu_count() or 1) // max(1, replicas))  # CPU ops only: harmless on a GPU
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
 
     async def launch(index: int) -> Engine:
         engine: Any
         if kind == "vllm":
             from ..engines.vllm_engine import VLLMEngine
 
-            engine = VLLMEngine(path, model_config=model_config, python=vllm_python, restart=False)
+            engine = VLLMEngine(path, model_config=model_config, python=vllm_python, restart=False,
+                                cpus=core_share(cpus, replicas, index) if replicas > 1 else None)
         elif kind == "transformers":
             from .remote_engine import WorkerEngine
 

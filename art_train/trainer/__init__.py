@@ -4,8 +4,9 @@ Modules: `advantages`, `tokenize`, `packing`, `logprobs`, `losses` (pure functio
 `policy` (the LoRA model and optimizer a step works on); `grpo` and `sft` (one step each, top to
 bottom); `checkpoints` (save, resume, the pending-step journal, retention); `probe` (the
 weight-sync probe); `trainer` (`Trainer`, which holds the state and calls them); `distributed` and
-`rank` (the same step on N torch.distributed ranks, `BackendConfig(train_procs=N)`); `fsdp` (their
-frozen base sharded with FSDP2, `BackendConfig(train_shard="fsdp")`).
+`rank` (the same step on N torch.distributed ranks, `BackendConfig(train_procs=N)`), `ray_ranks` (ranks
+1..N-1 as Ray actors, `train_launcher="ray"`), `fsdp` (their frozen base sharded with FSDP2,
+`BackendConfig(train_shard="fsdp")`).
 """
 
 from .advantages import GroupAdvantages, group_advantages, step_advantages

@@ -1,8 +1,9 @@
 """The trainer as N ranks of one torch.distributed process group (`BackendConfig(train_procs=N)`).
 
-Rank 0 is the service's process and its `Trainer`. Ranks 1..N-1 are child processes started with
-the environment torchrun gives (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) that run `rank.serve_rank`;
-the group is gloo on CPU, NCCL on CUDA (rank r on ``cuda:r``). Rank 0 tells them what to do with
+Rank 0 is the service's process and its `Trainer`. Ranks 1..N-1 run `rank.serve_rank`, started by a
+launcher: `ChildRanks` (child processes with the environment torchrun gives: RANK, WORLD_SIZE, MASTER_ADDR,
+MASTER_PORT) or `ray_ranks.RayRanks` (one Ray actor each, on whichever node Ray places it). The group is
+gloo on CPU, NCCL on CUDA (rank r on ``cuda:r``). Rank 0 tells them what to do with
 `broadcast_object_list` of one small command, on a gloo group with a long timeout (`IDLE`: they wait
 between steps for as long as rollouts take):
 
@@ -36,7 +37,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -47,8 +48,9 @@ from .packing import Row
 if TYPE_CHECKING:
     from art_core import RunDir, TrajectoryGroup
 
-__all__ = ["IDLE", "Logprobs", "RankFailedError", "Ranks", "Register", "Step", "Stop", "Worker", "backend",
-           "broadcast_params", "rank_device", "reduce_values", "shard_row_groups", "sum_grads"]
+__all__ = ["IDLE", "ChildRanks", "Logprobs", "RankFailedError", "RankLauncher", "RankProcess", "Ranks", "Register",
+           "Step", "Stop", "Worker", "backend", "broadcast_params", "rank_device", "reduce_values", "shard_row_groups",
+           "sum_grads"]
 
 logger = logging.getLogger(__name__)
 
@@ -136,6 +138,7 @@ class Register:
     rundir: RunDir
     base_path: Path
     step: int  # rank 0's newest checkpoint, which the worker loads
+    shard: str | None = None  # "fsdp": shard the frozen base over the ranks after taking the LoRA (`Ranks.shard`)
 
 
 @dataclass(frozen=True)
@@ -180,6 +183,66 @@ class RankFailedError(RuntimeError):
     """A trainer rank died or failed during a step; the step was rolled back on rank 0."""
 
 
+class RankProcess(Protocol):
+    """One of ranks 1..N-1 as rank 0 sees it: a child process, or a Ray actor (`ray_ranks.RayRank`)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    def wait(self, timeout: float) -> str | None:
+        """None while it runs after `timeout` seconds; once it has ended, how ('exited with code -9')."""
+        ...
+
+    def end(self) -> None:
+        """Kill it if it still runs, and reap it."""
+        ...
+
+
+class RankLauncher(Protocol):
+    """Starts ranks 1..N-1: `ChildRanks` on this machine, `ray_ranks.RayRanks` as Ray actors."""
+
+    host: str  # where the ranks reach rank 0's store (it listens on every interface)
+
+    def start(self, rank: int, world: int, port: int, device: str, timeout_s: float) -> RankProcess:
+        """Rank `rank` of `world`, joining the group whose store listens on `host`:`port`; `device` is the
+        group's ("cpu", "cuda")."""
+        ...
+
+
+@dataclass
+class _Child:
+    process: subprocess.Popen[bytes]
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def wait(self, timeout: float) -> str | None:
+        try:
+            code = self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        return f"exited with code {code}"
+
+    def end(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()  # our own child, by its process object
+        self.process.wait()
+
+
+class ChildRanks:
+    """Ranks 1..N-1 as child processes of this one, with torchrun's environment and cores // N threads each."""
+
+    host = "127.0.0.1"
+
+    def start(self, rank: int, world: int, port: int, device: str, timeout_s: float) -> RankProcess:
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": self.host,
+               "MASTER_PORT": str(port), "ART_TRAIN_DEVICE": device, "ART_TRAIN_TIMEOUT_S": str(timeout_s),
+               "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // world))}
+        main = "from art_train.trainer.rank import main; main()"  # not -m: one Step class
+        return _Child(subprocess.Popen([sys.executable, "-c", main], env=env))
+
+
 class Ranks:
     """Rank 0's side: starts ranks 1..world-1, sends them each step, and stops them when one fails.
 
@@ -187,6 +250,7 @@ class Ranks:
         world: the number of ranks, rank 0 (this process) included; at least 2.
         device: the trainer's device ("cpu" -> gloo; "cuda" -> NCCL, rank r on cuda:r).
         timeout_s: how long a collective waits for a rank (a dead one fails it at once).
+        launcher: how ranks 1..world-1 start: `ChildRanks()` (the default) or `ray_ranks.RayRanks(options)`.
         shard: "fsdp" shards each model's frozen base over the ranks (module `fsdp`); None: each rank holds it whole.
 
     Example:
@@ -198,7 +262,8 @@ class Ranks:
 
     rank = 0
 
-    def __init__(self, world: int, device: str, *, timeout_s: float = 1800.0, shard: str | None = None) -> None:
+    def __init__(self, world: int, device: str, *, timeout_s: float = 1800.0,
+                 launcher: RankLauncher | None = None, shard: str | None = None) -> None:
         if world < 2:
             raise ValueError(f"Ranks needs world >= 2, got {world}; train_procs=1 trains in this process alone")
         if shard not in (None, "fsdp"):
@@ -208,13 +273,19 @@ class Ranks:
         self.device = device
         self.timeout = datetime.timedelta(seconds=timeout_s)
         self.lock = threading.Lock()  # one step at a time on the group, whichever model it trains
-        self._procs: list[subprocess.Popen[bytes]] = []
+        self.launcher = launcher if launcher is not None else ChildRanks()
+        self._procs: list[RankProcess] = []
         self._commands: Any = None  # the gloo group commands go on
         self._registered: set[str] = set()
 
     @property
     def running(self) -> bool:
         return bool(self._procs)
+
+    @property
+    def processes(self) -> list[RankProcess]:
+        """Ranks 1..world-1 (empty before the first step and after a failure)."""
+        return list(self._procs)
 
     def pids(self) -> list[int]:
         """The process ids of ranks 1..world-1 (empty before the first step and after a failure)."""
@@ -224,22 +295,27 @@ class Ranks:
         if dist.is_initialized():
             raise RuntimeError("train_procs > 1 starts its own torch.distributed process group, and this process "
                                "already has one (launched by torchrun?); run `art serve --train-procs N` instead")
-        store = dist.TCPStore("127.0.0.1", 0, self.world, is_master=True, wait_for_workers=False,
-                              timeout=self.timeout)
-        env = {**os.environ, "WORLD_SIZE": str(self.world), "MASTER_ADDR": "127.0.0.1",
-               "MASTER_PORT": str(store.port), "ART_TRAIN_DEVICE": self.device,
-               "ART_TRAIN_TIMEOUT_S": str(self.timeout.total_seconds()), "ART_TRAIN_SHARD": self.shard or ""}
-        cpus = max(1, (os.cpu_count() or 1) // self.world)
-        main = "from art_train.trainer.rank import serve_rank; serve_rank()"  # not -m: one Step class
-        self._procs = [subprocess.Popen([sys.executable, "-c", main],
-                                        env={**env, "RANK": str(r), "OMP_NUM_THREADS": str(cpus)})
-                       for r in range(1, self.world)]
-        deadline = time.monotonic() + self.timeout.total_seconds()
+        store = dist.TCPStore(self.launcher.host, 0, self.world, is_master=True, wait_for_workers=False,
+                              timeout=self.timeout)  # listens on every interface
+        timeout_s = self.timeout.total_seconds()
+        for r in range(1, self.world):
+            try:
+                self._procs.append(self.launcher.start(r, self.world, store.port, self.device, timeout_s))
+            except Exception as exc:
+                self._teardown()
+                raise RankFailedError(f"trainer rank {r} did not start: {exc}") from exc
+        started = time.monotonic()
+        slow = started + 60  # then say what is being waited for, once
         while not store.check([f"art/up/{r}" for r in range(1, self.world)]):  # a rank that dies at import: say so
-            if (dead := self._dead()) or time.monotonic() > deadline:
+            if (dead := self._dead()) or time.monotonic() > started + timeout_s:
                 self._teardown()
                 raise RankFailedError(f"trainer {dead or 'ranks did not start in time'} before joining the process "
                                       "group (see their log above)")
+            if time.monotonic() > slow:
+                slow = float("inf")
+                logger.warning("trainer ranks 1..%d have not joined after 60 s (waiting up to %.0f s; as Ray actors, "
+                               "are the resources in train_ray_options free on the cluster?)", self.world - 1,
+                               timeout_s)
             time.sleep(0.05)
         try:
             dist.init_process_group(backend(self.device), store=store, rank=0, world_size=self.world,
@@ -255,19 +331,12 @@ class Ranks:
 
     def _dead(self) -> str:
         """'rank r exited with code c' for each rank that has exited (waiting a moment for one on its way out)."""
-        for p in self._procs:
-            try:
-                p.wait(timeout=0.5)
-            except subprocess.TimeoutExpired:
-                pass
-        return ", ".join(f"rank {r} exited with code {p.returncode}"
-                         for r, p in enumerate(self._procs, 1) if p.returncode is not None)
+        ended = [(r, p.wait(0.5)) for r, p in enumerate(self._procs, 1)]
+        return ", ".join(f"rank {r} {how}" for r, how in ended if how is not None)
 
     def _teardown(self) -> None:
         for p in self._procs:
-            if p.poll() is None:
-                p.kill()  # our own child, by its process object
-            p.wait()
+            p.end()
         self._procs = []
         self._registered.clear()
         if self._commands is not None:  # the group is ours (`_start` got that far)
@@ -296,7 +365,7 @@ class Ranks:
                 raise RuntimeError(f"{key}: its base was sharded over trainer ranks that have stopped since (a failed "
                                    "step stops them), so its weights are incomplete here; restart the service "
                                    "(train_shard='fsdp' cannot start the ranks again)")
-            if self._procs and any(p.poll() is not None for p in self._procs):
+            if self._procs and any(p.wait(0) is not None for p in self._procs):
                 logger.warning("trainer %s since the last step: starting ranks 1..%d again", self._dead(),
                                self.world - 1)
                 self._teardown()
@@ -305,7 +374,7 @@ class Ranks:
                     self._start()
                 if key not in self._registered:
                     self._send(Register(key, trainer.model.model_dump_json(), trainer.rundir, trainer.base_path,
-                                        trainer.step))
+                                        trainer.step, self.shard))
                     broadcast_params(trainer.policy.params())
                     if self.shard == "fsdp":
                         trainer.policy.shard_base()
@@ -331,8 +400,8 @@ class Ranks:
                 return
             try:
                 self._send(Stop())
-                for p in self._procs:
-                    p.wait(timeout=30)
+                if None in [p.wait(30) for p in self._procs]:
+                    logger.warning("trainer ranks did not stop within 30 s; killing them")
             except Exception:  # noqa: BLE001 - a rank already gone or stuck: killed below
                 logger.warning("trainer ranks did not stop cleanly; killing them")
             self._teardown()

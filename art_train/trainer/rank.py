@@ -1,7 +1,8 @@
 """Ranks 1..N-1 of the multi-process trainer: join rank 0's group, then follow its commands (`distributed`).
 
-Rank 0 (`distributed.Ranks`) starts each as a child process running `serve_rank`, with RANK, WORLD_SIZE,
-MASTER_ADDR and MASTER_PORT set as torchrun sets them (and the device and timeout rank 0 uses).
+Rank 0 (`distributed.Ranks`) starts each as a child process running `main`, with RANK, WORLD_SIZE,
+MASTER_ADDR and MASTER_PORT set as torchrun sets them (and the device and timeout rank 0 uses), or as a
+Ray actor that calls `serve_rank` with the same values (`ray_ranks`).
 """
 
 from __future__ import annotations
@@ -19,19 +20,17 @@ from art_core import TrainableModel, TrajectoryGroup
 from .distributed import IDLE, Logprobs, Register, Step, Stop, Worker, backend, broadcast_params, rank_device
 from .trainer import STEPS, Trainer
 
-__all__ = ["serve_rank"]
+__all__ = ["main", "serve_rank"]
 
 
-def serve_rank() -> None:
-    """A worker rank's life: join the group, then follow rank 0's commands until `Stop` (or rank 0 is gone)."""
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+def serve_rank(rank: int, world: int, addr: str, port: int, device: str, timeout_s: float) -> None:
+    """A worker rank's life: join the group whose store rank 0 serves at `addr`:`port`, then follow rank 0's
+    commands until `Stop` (or rank 0 is gone). `device` is this rank's own (`rank_device`)."""
     logging.basicConfig(level=logging.WARNING, format=f"[train rank {rank}] %(levelname)s %(name)s: %(message)s")
-    timeout = datetime.timedelta(seconds=float(os.environ["ART_TRAIN_TIMEOUT_S"]))
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False, timeout=timeout)
+    timeout = datetime.timedelta(seconds=timeout_s)
+    store = dist.TCPStore(addr, port, is_master=False, timeout=timeout)
     store.set(f"art/up/{rank}", "1")
     trainers: dict[str, Trainer] = {}
-    device = rank_device(os.environ["ART_TRAIN_DEVICE"], rank)
-    shard = os.environ.get("ART_TRAIN_SHARD") or None
     if device.startswith("cuda"):
         torch.cuda.set_device(device)
     dist.init_process_group(backend(device), store=store, rank=rank, world_size=world, timeout=timeout)
@@ -50,7 +49,7 @@ def serve_rank() -> None:
                 raise RuntimeError(f"rank {rank}: the newest checkpoint of {command.key} is {trainer.step}, "
                                    f"rank 0 is at {command.step}")
             broadcast_params(trainer.policy.params())
-            if shard == "fsdp":
+            if command.shard == "fsdp":
                 trainer.policy.shard_base()
             trainers[command.key] = trainer
         elif isinstance(command, Step):
@@ -62,3 +61,10 @@ def serve_rank() -> None:
         else:
             raise TypeError(f"rank {rank}: unknown command {command!r}")
     dist.destroy_process_group()
+
+
+def main() -> None:
+    """A child process's entry (`distributed.ChildRanks`): torchrun's environment says where it sits."""
+    rank = int(os.environ["RANK"])
+    serve_rank(rank, int(os.environ["WORLD_SIZE"]), os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+               rank_device(os.environ["ART_TRAIN_DEVICE"], rank), float(os.environ["ART_TRAIN_TIMEOUT_S"]))

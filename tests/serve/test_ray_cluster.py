@@ -1,5 +1,6 @@
 """The cluster in miniature (issue 39, item 5): a Ray cluster of two nodes on this machine, the tiny model,
-two engine replicas as Ray actors (one on each node) and two trainer ranks, behind one `LocalBackend`.
+two engine replicas as Ray actors (one on each node) and two trainer ranks, rank 0 in this process (the head
+node) and rank 1 a Ray actor on the second node, behind one `LocalBackend`.
 
 Rollouts run as Ray tasks against the endpoint; two async steps train. Then one replica's worker process
 is killed with SIGKILL while rollouts are in flight: no rollout is lost, the next step completes, and the
@@ -33,9 +34,10 @@ GROUPS, PER_GROUP = 2, 3
 
 @pytest.fixture
 def cluster() -> Iterator[Any]:
-    """Two Ray nodes, one CPU each; each offers one `replica_slot`, so one replica lands on each node."""
+    """Two Ray nodes, one CPU each; each offers one `replica_slot`, so one replica lands on each node, and the
+    second a `trainer_slot`, so trainer rank 1 lands there."""
     c = cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"replica_slot": 1}})
-    c.add_node(num_cpus=1, resources={"replica_slot": 1})
+    c.add_node(num_cpus=1, resources={"replica_slot": 1, "trainer_slot": 1})
     ray.init(address=c.address)
     try:
         yield c
@@ -74,6 +76,7 @@ async def test_two_node_ray_cluster_trains_async_and_survives_a_replica_sigkill(
 ) -> None:
     config = BackendConfig(path=tmp_path, device="cpu", replicas=2, replica_launcher="ray", train_procs=2,
                            replica_ray_options={"num_cpus": 0, "resources": {"replica_slot": 1}},
+                           train_launcher="ray", train_ray_options={"num_cpus": 0, "resources": {"trainer_slot": 1}},
                            sync_probe_tokens=64)
     backend = LocalBackend(config=config)
     model = art.TrainableModel(name="r", project="t", base_model=str(tiny_model_path),
@@ -94,6 +97,9 @@ async def test_two_node_ray_cluster_trains_async_and_survives_a_replica_sigkill(
             assert result.step == step
             assert result.metrics["weight_sync/replica_0/ok"] == result.metrics["weight_sync/replica_1/ok"] == 1.0
         assert all(r.served > 0 for r in replicas.replicas), replicas.describe()
+        (rank_1,) = backend.service._ranks.processes  # trainer rank 1: an actor on the node that is not this one's
+        here = ray.get_runtime_context().get_node_id()
+        assert rank_1.node_id in nodes and rank_1.node_id != here, (rank_1.node_id, here)
 
         # SIGKILL one replica's worker while rollouts are in flight
         victim = replicas.replicas[1]

@@ -69,6 +69,15 @@ def test_session_key_is_the_trajectory_id_else_the_conversations_first_messages(
     assert session_key(None, turn1) == session_key(None, turn2) != session_key(None, [{"role": "user", "content": "x"}])
 
 
+def test_each_replica_gets_its_own_run_of_cores_or_one_core_in_turn() -> None:
+    from art_train.serving.replicas import core_share
+
+    assert [core_share([0, 1], 2, i) for i in range(2)] == [[0], [1]]
+    assert [core_share([0, 1, 2, 3, 4], 2, i) for i in range(2)] == [[0, 1], [2, 3]]  # core 4 left unused
+    assert [core_share([0, 1], 3, i) for i in range(3)] == [[0], [1], [0]]
+    assert core_share([0, 1], 1, 0) == [0, 1]
+
+
 def test_art_serve_takes_replicas_and_rejects_zero(capsys: pytest.CaptureFixture[str]) -> None:
     from art_train.cli import build_parser, main
 

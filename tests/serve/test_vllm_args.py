@@ -52,7 +52,8 @@ def test_each_setting_reaches_the_command_line(settings: dict[str, object], flag
     assert _value(args, flag) == value and args.count(flag) == 1
 
 
-def test_sleep_mode_is_a_bare_flag() -> None:
+def test_sleep_mode_is_a_bare_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vllm_engine, "_on_gpu", lambda: True)  # on a CPU it is refused (test_vllm_sleep.py)
     assert "--enable-sleep-mode" in _command(ModelConfig(vllm={"enable_sleep_mode": True}))  # type: ignore[arg-type]
     assert "--enable-sleep-mode" not in _command(ModelConfig())
 
@@ -115,3 +116,30 @@ async def test_a_model_whose_settings_differ_from_the_shared_engines_is_warned(
     other = TrainableModel(name="b", base_model=str(base), config=ModelConfig(vllm=VLLMConfig(max_loras=8)))
     assert await service._engine_for(other) is first
     assert "model b: its vllm settings are not applied" in caplog.text and "{}" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("cpus", "ranks", "expected"),
+    [([0, 1], 1, "0,1"), ([1], 1, "1"), ([0, 1, 2, 3], 2, "0,1|2,3"), ([4, 5, 6], 2, "4|5"), ([0], 2, None),
+     ([], 1, None)],
+)
+def test_omp_binding_cuts_the_cores_into_one_run_per_rank(cpus: list[int], ranks: int, expected: str | None) -> None:
+    assert vllm_engine.omp_binding(cpus, ranks) == expected
+
+
+def test_a_replicas_cores_reach_vllms_environment_unless_the_user_set_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    assert VLLMEngine("/m", python="py", cpus=[1])._env()["VLLM_CPU_OMP_THREADS_BIND"] == "1"
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in VLLMEngine("/m", python="py")._env()  # one engine: vLLM's 'auto'
+    two = ModelConfig(vllm=VLLMConfig(tensor_parallel_size=2))
+    assert VLLMEngine("/m", model_config=two, python="py", cpus=[2, 3])._env()["VLLM_CPU_OMP_THREADS_BIND"] == "2|3"
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0-1")
+    assert VLLMEngine("/m", python="py", cpus=[1])._env()["VLLM_CPU_OMP_THREADS_BIND"] == "0-1"
+
+
+def test_on_a_gpu_no_cpu_binding_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_KVCACHE_SPACE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(vllm_engine, "_on_gpu", lambda: True)
+    env = VLLMEngine("/m", python="py", cpus=[1])._env()
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in env and "VLLM_CPU_KVCACHE_SPACE" not in env

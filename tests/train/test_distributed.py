@@ -118,6 +118,27 @@ def test_art_serve_takes_train_procs() -> None:
         parser.parse_args(["serve", "--train-procs", "0"])
 
 
+def test_art_serve_ray_starts_trainer_ranks_as_ray_actors(monkeypatch: pytest.MonkeyPatch) -> None:
+    import art_train.service
+    from art_train.cli import build_parser, serve
+    from art_train.config import BackendConfig
+
+    configs: list[BackendConfig] = []
+
+    class Built(Exception):
+        pass
+
+    def service(config: BackendConfig) -> None:  # in place of ModelService: stop before the server runs
+        configs.append(config)
+        raise Built
+
+    monkeypatch.setattr(art_train.service, "ModelService", service)
+    with pytest.raises(Built):
+        serve(build_parser().parse_args(["serve", "--train-procs", "2", "--ray"]))
+    assert configs[0].train_launcher == configs[0].replica_launcher == "ray" and configs[0].train_procs == 2
+    assert BackendConfig().train_launcher == "local" and BackendConfig().train_ray_options == {}
+
+
 # -- 2 ranks against 1 ----------------------------------------------------------------------------
 
 class TestTwoRanks:
