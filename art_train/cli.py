@@ -66,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--train-procs", type=_positive, default=1,
                    help="trainer ranks (default 1): N > 1 starts N-1 more processes in one torch.distributed group "
                         "(gloo on CPU, NCCL on CUDA) that share each step's rows")
+    s.add_argument("--train-shard", choices=["fsdp"], default=None,
+                   help="with --train-procs N > 1: 'fsdp' keeps 1/N of the frozen base weights on each rank (FSDP2), "
+                        "for a base that does not fit one device (default: each rank holds it whole)")
     s.add_argument("--replicas", type=_positive, default=1,
                    help="engine replicas behind the endpoint, each its own process (default 1: one engine in this "
                         "process, or one vLLM server); see docs/serving.md, 'Replicas'")
@@ -118,7 +121,7 @@ def serve(args: argparse.Namespace) -> int:
     service = ModelService(BackendConfig(path=args.path, engine=args.engine, device=args.device, port=args.port,
                                          vllm_python=args.vllm_python, engine_dtype=args.engine_dtype,
                                          sync_probe_tokens=args.sync_probe_tokens, train_procs=args.train_procs,
-                                         replicas=args.replicas,
+                                         train_shard=args.train_shard, replicas=args.replicas,
                                          replica_launcher="ray" if args.ray else "local",
                                          train_launcher="ray" if args.ray else "local"))
     app = create_app(service, api_key=args.api_key, max_body_bytes=int(args.max_request_mb * 2**20))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = ["BackendConfig"]
 
@@ -85,6 +85,15 @@ class BackendConfig(BaseModel):
             "offer that resource. A rank takes num_cpus torch threads when given, else its node's cores // N."
         ),
     )
+    train_shard: Literal["fsdp"] | None = Field(
+        None,
+        description=(
+            "'fsdp': with train_procs > 1, each rank keeps 1/train_procs of the frozen base weights (torch's FSDP2, "
+            "`fully_shard` per decoder layer), gathered layer by layer in each forward and backward, for a base "
+            "that does not fit one device; the LoRA stays whole on every rank. None: every rank holds the whole "
+            "base (docs/scaling.md, 'Multi-process trainer')."
+        ),
+    )
     replicas: int = Field(
         1,
         ge=1,
@@ -112,3 +121,10 @@ class BackendConfig(BaseModel):
             "{'num_cpus': 0, 'resources': {'inference': 1}} to place replicas on nodes that offer that resource."
         ),
     )
+
+    @model_validator(mode="after")
+    def _shard_needs_ranks(self) -> BackendConfig:
+        if self.train_shard is not None and self.train_procs < 2:
+            raise ValueError(f"train_shard={self.train_shard!r} shards the base over the trainer's ranks and needs "
+                             f"train_procs >= 2, got train_procs={self.train_procs}; set train_procs or drop train_shard")
+        return self

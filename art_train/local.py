@@ -13,7 +13,7 @@ import os
 import socket
 import threading
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from rich.progress import Progress
 
@@ -39,7 +39,7 @@ class LocalBackend:
         engine: "transformers" or "vllm"; None uses each model's ``config.engine``.
         device: torch device ("cpu", "cuda"); default cuda when available.
         port: port for the OpenAI endpoint; 0 picks a free one.
-        vllm_python, sync_tolerance, engine_dtype, sync_probe_tokens, train_procs: see `BackendConfig`.
+        vllm_python, sync_tolerance, engine_dtype, sync_probe_tokens, train_procs, train_shard: see `BackendConfig`.
         config: all of the above as one `BackendConfig` (then pass none of them).
 
     Example:
@@ -60,11 +60,12 @@ class LocalBackend:
         engine_dtype: str | None = None,
         sync_probe_tokens: int | None = None,
         train_procs: int | None = None,
+        train_shard: Literal["fsdp"] | None = None,
         config: BackendConfig | None = None,
     ) -> None:
         options = {"path": path, "engine": engine, "device": device, "port": port, "vllm_python": vllm_python,
                    "sync_tolerance": sync_tolerance, "engine_dtype": engine_dtype,
-                   "sync_probe_tokens": sync_probe_tokens, "train_procs": train_procs}
+                   "sync_probe_tokens": sync_probe_tokens, "train_procs": train_procs, "train_shard": train_shard}
         if config is None:
             config = BackendConfig(**{k: v for k, v in options.items() if v is not None})  # None: the default
         elif any(v not in (None, 0) for v in options.values()):

@@ -223,7 +223,8 @@ class ModelService:
                 from .trainer.ray_ranks import RayRanks
 
                 launcher = RayRanks(self.config.train_ray_options)
-            self._ranks = Ranks(self.config.train_procs, device, launcher=launcher)
+            self._ranks = Ranks(self.config.train_procs, device, launcher=launcher,
+                                shard=self.config.train_shard)
         return self._ranks
 
     def entry(self, name: str) -> _Entry:

@@ -5,7 +5,8 @@ Modules: `advantages`, `tokenize`, `packing`, `logprobs`, `losses` (pure functio
 bottom); `checkpoints` (save, resume, the pending-step journal, retention); `probe` (the
 weight-sync probe); `trainer` (`Trainer`, which holds the state and calls them); `distributed` and
 `rank` (the same step on N torch.distributed ranks, `BackendConfig(train_procs=N)`), `ray_ranks` (ranks
-1..N-1 as Ray actors, `train_launcher="ray"`).
+1..N-1 as Ray actors, `train_launcher="ray"`), `fsdp` (their frozen base sharded with FSDP2,
+`BackendConfig(train_shard="fsdp")`).
 """
 
 from .advantages import GroupAdvantages, group_advantages, step_advantages

@@ -13,7 +13,11 @@ between steps for as long as rollouts take):
   `Policy.row_groups` keeps this rank's rows (`shard_row_groups`), and `Policy.optimizer_step`
   sums the LoRA gradients over ranks (`sum_grads`) before clipping, so every rank takes the same
   AdamW step the 1-rank trainer would;
+- `Logprobs`: with the base sharded (`train_shard="fsdp"`, module `fsdp`), the weight-sync probe's
+  forwards, which need every rank's shard;
 - `Stop`.
+
+With `shard="fsdp"` every rank shards its frozen base when a model registers (`Policy.shard_base`).
 
 Only rank 0 writes checkpoints, the journal and history. A step that fails on any rank stops ranks
 1..N-1 (a dead peer fails the collectives at once; a hung one after `timeout_s`) and raises on rank
@@ -30,7 +34,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -44,8 +48,9 @@ from .packing import Row
 if TYPE_CHECKING:
     from art_core import RunDir, TrajectoryGroup
 
-__all__ = ["IDLE", "ChildRanks", "RankFailedError", "RankLauncher", "RankProcess", "Ranks", "Register", "Step", "Stop",
-           "Worker", "backend", "broadcast_params", "rank_device", "reduce_values", "shard_row_groups", "sum_grads"]
+__all__ = ["IDLE", "ChildRanks", "Logprobs", "RankFailedError", "RankLauncher", "RankProcess", "Ranks", "Register",
+           "Step", "Stop", "Worker", "backend", "broadcast_params", "rank_device", "reduce_values", "shard_row_groups",
+           "sum_grads"]
 
 logger = logging.getLogger(__name__)
 
@@ -133,6 +138,7 @@ class Register:
     rundir: RunDir
     base_path: Path
     step: int  # rank 0's newest checkpoint, which the worker loads
+    shard: str | None = None  # "fsdp": shard the frozen base over the ranks after taking the LoRA (`Ranks.shard`)
 
 
 @dataclass(frozen=True)
@@ -142,6 +148,13 @@ class Step:
     step: int
     groups: list[str]  # TrajectoryGroup, after rank 0 dropped the stale ones
     config: str  # TrainConfig | SFTConfig, as `kind` says
+
+
+@dataclass(frozen=True)
+class Logprobs:
+    key: str
+    sequences: list[list[int]]
+    step: int | None  # `Trainer.sequences_logprobs`'s arguments
 
 
 @dataclass(frozen=True)
@@ -238,6 +251,7 @@ class Ranks:
         device: the trainer's device ("cpu" -> gloo; "cuda" -> NCCL, rank r on cuda:r).
         timeout_s: how long a collective waits for a rank (a dead one fails it at once).
         launcher: how ranks 1..world-1 start: `ChildRanks()` (the default) or `ray_ranks.RayRanks(options)`.
+        shard: "fsdp" shards each model's frozen base over the ranks (module `fsdp`); None: each rank holds it whole.
 
     Example:
         ranks = Ranks(2, "cpu")
@@ -249,10 +263,13 @@ class Ranks:
     rank = 0
 
     def __init__(self, world: int, device: str, *, timeout_s: float = 1800.0,
-                 launcher: RankLauncher | None = None) -> None:
+                 launcher: RankLauncher | None = None, shard: str | None = None) -> None:
         if world < 2:
             raise ValueError(f"Ranks needs world >= 2, got {world}; train_procs=1 trains in this process alone")
+        if shard not in (None, "fsdp"):
+            raise ValueError(f"shard must be None or 'fsdp', got {shard!r}")
         self.world = world
+        self.shard = shard
         self.device = device
         self.timeout = datetime.timedelta(seconds=timeout_s)
         self.lock = threading.Lock()  # one step at a time on the group, whichever model it trains
@@ -309,7 +326,7 @@ class Ranks:
         self._commands = dist.new_group(backend="gloo", timeout=IDLE)
         logger.info("trainer ranks 1..%d started (pids %s)", self.world - 1, self.pids())
 
-    def _send(self, command: Register | Step | Stop) -> None:
+    def _send(self, command: Register | Step | Logprobs | Stop) -> None:
         dist.broadcast_object_list([command], src=0, group=self._commands)
 
     def _dead(self) -> str:
@@ -326,13 +343,28 @@ class Ranks:
             self._commands = None
             dist.destroy_process_group()
 
-    @contextmanager
     def step(self, trainer: Any, kind: str, step: int, groups: list[TrajectoryGroup],
-             config: BaseModel) -> Iterator[None]:
+             config: BaseModel) -> AbstractContextManager[None]:
         """Send step `step` to ranks 1..world-1 (started, and `trainer`'s model registered, first if need
         be); rank 0 runs its share inside the block. An error in the block, or a rank that died, stops
         them and raises (`RankFailedError` when a rank died or failed)."""
+        key = str(trainer.rundir.path)
+        return self._run(trainer, step, Step(key, kind, step, [g.model_dump_json() for g in groups],
+                                             config.model_dump_json()))
+
+    def logprobs(self, trainer: Any, sequences: list[list[int]], step: int | None) -> AbstractContextManager[None]:
+        """Ranks 1..world-1 run `trainer.sequences_logprobs(sequences, step)` while rank 0 does in the block
+        (a sharded base needs every rank in each forward)."""
+        return self._run(trainer, trainer.step, Logprobs(str(trainer.rundir.path), sequences, step))
+
+    @contextmanager
+    def _run(self, trainer: Any, step: int, command: Step | Logprobs) -> Iterator[None]:
+        key = str(trainer.rundir.path)
         with self.lock:
+            if key not in self._registered and trainer.policy.root is not None:  # the other shards left with the ranks
+                raise RuntimeError(f"{key}: its base was sharded over trainer ranks that have stopped since (a failed "
+                                   "step stops them), so its weights are incomplete here; restart the service "
+                                   "(train_shard='fsdp' cannot start the ranks again)")
             if self._procs and any(p.wait(0) is not None for p in self._procs):
                 logger.warning("trainer %s since the last step: starting ranks 1..%d again", self._dead(),
                                self.world - 1)
@@ -340,24 +372,25 @@ class Ranks:
             try:
                 if not self._procs:
                     self._start()
-                key = str(trainer.rundir.path)
                 if key not in self._registered:
                     self._send(Register(key, trainer.model.model_dump_json(), trainer.rundir, trainer.base_path,
-                                        trainer.step))
+                                        trainer.step, self.shard))
                     broadcast_params(trainer.policy.params())
+                    if self.shard == "fsdp":
+                        trainer.policy.shard_base()
                     self._registered.add(key)
-                self._send(Step(key, kind, step, [g.model_dump_json() for g in groups], config.model_dump_json()))
+                self._send(command)
                 yield
             except Exception as exc:
                 dead = self._dead()
                 self._teardown()
+                again = ("restart the service: with train_shard='fsdp' the other shards of the base left with them"
+                         if self.shard else "they start again, from the newest checkpoint, with the next step")
                 if dead or isinstance(exc, dist.DistError) or "gloo" in str(exc) or "NCCL" in str(exc):
                     raise RankFailedError(
                         f"step {step} failed on the trainer's ranks ({dead or f'{type(exc).__name__}: {exc}'}); "
-                        f"ranks 1..{self.world - 1} were stopped and start again, from the newest checkpoint, with "
-                        "the next step") from exc
-                logger.warning("step %d raised on rank 0: ranks 1..%d stopped; they start again with the next step",
-                               step, self.world - 1)
+                        f"ranks 1..{self.world - 1} were stopped; {again}") from exc
+                logger.warning("step %d raised on rank 0: ranks 1..%d stopped; %s", step, self.world - 1, again)
                 raise
 
     def stop(self) -> None:

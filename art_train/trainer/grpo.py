@@ -32,7 +32,7 @@ import torch
 from art_core import TrainConfig, TrajectoryGroup
 
 from .advantages import step_advantages
-from .logprobs import SharedPrefix, row_logprobs
+from .logprobs import SharedPrefix
 from .losses import clip_fraction, loss_spec, policy_loss, token_weights
 from .off_policy import is_cap
 from .packing import split_batches
@@ -109,10 +109,8 @@ def grpo_step(
     work = policy.decoder.snapshot()  # from here every decoder call counts in `work/*`
     multi_step = config.num_epochs * len(batches) > 1
     own = [policy.own_rows(rows, config) for rows, _ in packed]  # all rows on 1 rank; this rank's share on several
-    old = [policy.logprobs(rows, len(sot), adapter=True) if multi_step else None
-           for rows, (_, sot) in zip(own, packed, strict=True)]
-    ref = [policy.logprobs(rows, len(sot), adapter=False) if config.beta > 0 else None
-           for rows, (_, sot) in zip(own, packed, strict=True)]
+    old = [policy.logprobs(rows, len(sot), config, adapter=True) if multi_step else None for rows, sot in packed]
+    ref = [policy.logprobs(rows, len(sot), config, adapter=False) if config.beta > 0 else None for rows, sot in packed]
 
     # 5. per row: forward, loss, backward; per batch: clip and step
     total_rows = config.num_epochs * sum(len(rows) for rows in own)
@@ -139,8 +137,7 @@ def grpo_step(
                     prefix = SharedPrefix(policy.causal_lm, group_rows[0].input_ids[:k]) if k else None
                     for row in group_rows:
                         idx = row.token_index  # [n] this row's tokens in the batch's flat arrays
-                        logp, entropy = row_logprobs(policy.causal_lm, row.input_ids, row.position_ids,
-                                                     row.pred_index, row.targets, prefix=prefix)  # [n], [n]
+                        logp, entropy = policy.forward(row, prefix)  # [n], [n]
                         dev = logp.device
                         a = adv[idx].to(dev)
                         old_logp = old_b[idx].to(dev) if old_b is not None else logp.detach()
@@ -167,6 +164,7 @@ def grpo_step(
                         progress({"phase": "forward_backward", "done": done_rows, "total": total_rows})
                     if prefix is not None:
                         prefix.backward()
+                policy.pad(rows, config)  # FSDP: as many forwards and backwards as the busiest rank
                 trained_tokens += len(seq_of_token) if epoch == 0 else 0
                 sums["grad_norm"] += policy.optimizer_step(config.max_grad_norm)
                 sums["loss"] += batch_loss

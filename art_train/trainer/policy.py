@@ -40,6 +40,8 @@ class Policy:
         rank, world: this policy's place among the trainer's ranks (`distributed`); with world > 1 a step
             trains this rank's rows (`row_groups`), sums gradients over ranks (`optimizer_step`) and
             reduces its metrics (`reduce`).
+        root: once the base is sharded over the ranks (`shard_base`, `fsdp`), the FSDP module every forward
+            goes through; None: the whole base is here.
     """
 
     peft: Any
@@ -53,6 +55,7 @@ class Policy:
     autocast: str | None = None
     rank: int = 0
     world: int = 1
+    root: Any = None
     decoder: DecoderCounter = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -65,6 +68,13 @@ class Policy:
 
     def params(self) -> list[torch.nn.Parameter]:
         return [p for p in self.peft.parameters() if p.requires_grad]
+
+    def shard_base(self) -> None:
+        """Keep 1/world of the frozen base here (FSDP2, `fsdp.shard_base`); every rank calls it, once."""
+        from .fsdp import shard_base
+
+        if self.root is None:
+            self.root = shard_base(self.causal_lm, self.device)
 
     def max_len(self, config: TrainConfig | SFTConfig) -> int:
         return config.max_seq_len or self.max_seq_len
@@ -97,8 +107,20 @@ class Policy:
     def row_groups(self, rows: list[Row], config: TrainConfig | SFTConfig) -> list[tuple[int, list[Row]]]:
         """One-sequence rows share their common prompt's forward and backward; packed rows, or gradient
         checkpointing, go one by one. With several ranks, only this rank's share (`shard_row_groups`)."""
-        groups = row_groups(rows, self.one_sequence_per_row(config) and not self.gradient_checkpointing)
+        share = self.one_sequence_per_row(config) and not self.gradient_checkpointing and self.root is None
+        groups = row_groups(rows, share)
         return groups if self.world == 1 else shard_row_groups(groups, self.rank, self.world)
+
+    def pad(self, rows: list[Row], config: TrainConfig | SFTConfig, *, backward: bool = True) -> None:
+        """With the base sharded: the forwards (and backwards, adding 0) that bring this rank to as many as
+        the busiest rank runs on `rows` (FSDP all-gathers in each, in the same order on every rank)."""
+        if self.root is None or not rows:
+            return
+        from .fsdp import pad, padding
+
+        groups = row_groups(rows, False)
+        shards = [shard_row_groups(groups, r, self.world) for r in range(self.world)]
+        pad(self.root, rows, padding(shards, self.rank), backward=backward)
 
     def own_rows(self, rows: list[Row], config: TrainConfig | SFTConfig) -> list[Row]:
         """The rows this rank trains (all of them on 1 rank)."""
@@ -122,15 +144,24 @@ class Policy:
             return nullcontext()
         return torch.autocast(self.device.split(":")[0], dtype=getattr(torch, self.autocast))
 
+    def forward(self, row: Row, prefix: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """`row_logprobs` of `row` (after `prefix`, a `SharedPrefix`): (logp [n], entropy [n])."""
+        if self.root is not None:
+            return self.root(row.input_ids, row.position_ids, row.pred_index, row.targets, prefix=prefix)  # type: ignore[no-any-return]
+        return row_logprobs(self.causal_lm, row.input_ids, row.position_ids, row.pred_index, row.targets,
+                            prefix=prefix)
+
     @torch.no_grad()
-    def logprobs(self, rows: list[Row], n_tokens: int, *, adapter: bool) -> torch.Tensor:
-        """[n_tokens] logprobs of every trained token of `rows`, with the adapter on (the current policy)
-        or off (the base model: GRPO's KL reference, which costs no second model)."""
+    def logprobs(self, rows: list[Row], n_tokens: int, config: TrainConfig | SFTConfig, *,
+                 adapter: bool) -> torch.Tensor:
+        """[n_tokens] logprobs of the trained tokens of this rank's share of `rows` (0 elsewhere), with the
+        adapter on (the current policy) or off (the base model: GRPO's KL reference, which costs no second model)."""
         out = torch.zeros(n_tokens)
         with self.precision(), nullcontext() if adapter else self.peft.disable_adapter():
-            for row in rows:
-                logp, _ = row_logprobs(self.causal_lm, row.input_ids, row.position_ids, row.pred_index, row.targets)
+            for row in self.own_rows(rows, config):
+                logp, _ = self.forward(row)
                 out[row.token_index] = logp.float().cpu()
+            self.pad(rows, config, backward=False)
         return out
 
     @contextmanager

@@ -12,6 +12,7 @@ against bfloat16 (~0.25 on some tokens) would no longer catch an engine serving 
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,19 +24,22 @@ __all__ = ["HalfPrecisionReference", "adapter_logprobs"]
 
 
 @torch.no_grad()
-def adapter_logprobs(peft: Any, sequences: list[list[int]], checkpoint: Path | None = None) -> list[list[float]]:
+def adapter_logprobs(peft: Any, sequences: list[list[int]], checkpoint: Path | None = None,
+                     root: Any = None) -> list[list[float]]:
     """For each sequence, log p(token_i | tokens before it) for i >= 1 under the trained adapter, or
-    the one saved at `checkpoint` (loaded once for all the sequences)."""
+    the one saved at `checkpoint` (loaded once for all the sequences). `root`: the FSDP root of a sharded
+    base (`fsdp.LogprobRoot`), which the forwards go through instead."""
 
     def run() -> list[list[float]]:
         causal_lm = peft.get_base_model()
+        forward = root if root is not None else partial(row_logprobs, causal_lm)
         out: list[list[float]] = []
         for token_ids in sequences:
             if len(token_ids) < 2:
                 out.append([])
                 continue
             ids = torch.tensor(token_ids)
-            logp, _ = row_logprobs(causal_lm, ids, torch.arange(len(ids)), torch.arange(len(ids) - 1), ids[1:])
+            logp, _ = forward(ids, torch.arange(len(ids)), torch.arange(len(ids) - 1), ids[1:])
             out.append(logp.float().cpu().tolist())
         return out
 

@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 from art_core import TrainableModel, TrajectoryGroup
 
-from .distributed import IDLE, Register, Step, Stop, Worker, backend, broadcast_params, rank_device
+from .distributed import IDLE, Logprobs, Register, Step, Stop, Worker, backend, broadcast_params, rank_device
 from .trainer import STEPS, Trainer
 
 __all__ = ["main", "serve_rank"]
@@ -49,11 +49,15 @@ def serve_rank(rank: int, world: int, addr: str, port: int, device: str, timeout
                 raise RuntimeError(f"rank {rank}: the newest checkpoint of {command.key} is {trainer.step}, "
                                    f"rank 0 is at {command.step}")
             broadcast_params(trainer.policy.params())
+            if command.shard == "fsdp":
+                trainer.policy.shard_base()
             trainers[command.key] = trainer
         elif isinstance(command, Step):
             groups = [TrajectoryGroup.model_validate_json(g) for g in command.groups]
             config = STEPS[command.kind][0].model_validate_json(command.config)
             trainers[command.key].follow(command.kind, command.step, groups, config)  # type: ignore[arg-type]
+        elif isinstance(command, Logprobs):
+            trainers[command.key].sequences_logprobs(command.sequences, command.step)  # rank 0 keeps the result
         else:
             raise TypeError(f"rank {rank}: unknown command {command!r}")
     dist.destroy_process_group()

@@ -13,7 +13,7 @@ from typing import Any
 
 from art_core import SFTConfig, Trajectory
 
-from .logprobs import SharedPrefix, row_logprobs
+from .logprobs import SharedPrefix
 from .packing import split_batches
 from .policy import Policy, Progress
 from .tokenize import Sequence, TokenizeStats, fit_length, tokenize_trajectory
@@ -60,8 +60,7 @@ def sft_step(policy: Policy, trajectories: list[Trajectory], config: SFTConfig, 
                 for k, group_rows in policy.row_groups(rows, config):
                     prefix = SharedPrefix(policy.causal_lm, group_rows[0].input_ids[:k]) if k else None
                     for row in group_rows:
-                        logp, _ = row_logprobs(policy.causal_lm, row.input_ids, row.position_ids,
-                                               row.pred_index, row.targets, prefix=prefix)  # fmt: skip  # [n_row]
+                        logp, _ = policy.forward(row, prefix)  # [n_row]
                         loss = -logp.sum() / n  # token mean over the batch
                         loss.backward()
                         batch_loss += float(loss.detach())
@@ -69,6 +68,7 @@ def sft_step(policy: Policy, trajectories: list[Trajectory], config: SFTConfig, 
                         progress({"phase": "forward_backward", "done": done_rows, "total": total_rows})
                     if prefix is not None:
                         prefix.backward()
+                policy.pad(rows, config)  # FSDP: as many forwards and backwards as the busiest rank
                 grad_sum += policy.optimizer_step(config.max_grad_norm)
                 loss_sum += batch_loss
                 steps += 1

@@ -410,4 +410,7 @@ class Trainer:
         checkpoint = None if step is None or step == self.step else self.checkpoints.existing(step)
         if dtype is not None:
             return self._reference.logprobs(sequences, dtype, self.policy.peft, checkpoint)
-        return adapter_logprobs(self.policy.peft, sequences, checkpoint)
+        if self.policy.root is not None and isinstance(self.ranks, Ranks):  # a sharded base: every rank runs it
+            with self.ranks.logprobs(self, sequences, step):
+                return adapter_logprobs(self.policy.peft, sequences, checkpoint, self.policy.root)
+        return adapter_logprobs(self.policy.peft, sequences, checkpoint, self.policy.root)
