@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import os
 import unittest
 from pathlib import Path
 
@@ -26,7 +27,6 @@ PAGES = [p for p in PAGES if "```python" in p.read_text()]
 # pages whose blocks are not wired yet (being rewritten elsewhere); each block there is reported as skipped
 NOT_YET = {
     "docs/langgraph.md": "its blocks need a LangGraph app and this page is being rewritten; not wired yet",
-    "docs/mcp.md": "its blocks need an MCP server and this page is being rewritten; not wired yet",
 }
 
 
@@ -52,6 +52,7 @@ def test_page_code_blocks_run(page: Path, tiny_model_path: Path, tmp_path: Path,
         pytest.skip(NOT_YET[rel])
     monkeypatch.chdir(tmp_path)  # files the blocks write land here
     monkeypatch.setenv("ART_HOME", str(tmp_path / ".art"))
+    monkeypatch.setenv("PATH", os.environ["PATH"])  # restored after the page, which may prepend to it
     doc_env.TINY["path"] = tiny_model_path
     loop = asyncio.new_event_loop()
     evaluator = AwaitingEvaluator(loop)
