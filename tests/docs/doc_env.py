@@ -6,8 +6,10 @@ blocks run as written. `TINY` is set by the test before a page runs.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ import art_core as art
 
 TINY: dict[str, Path] = {}  # {"path": the tiny model's folder}
 BACKENDS: list[Any] = []  # closed by the test after the page
+RESTORE: list[Callable[[], None]] = []  # called by the test after the page
 
 
 def tiny_model_path() -> str:
@@ -32,6 +35,17 @@ async def tiny_model(name: str = "docs-agent", project: str = "docs", max_seq_le
                                config=art.ModelConfig(max_seq_len=max_seq_len))
     await model.register(backend)
     return model
+
+
+def tiny_as(alias: str) -> None:
+    """Until the page ends, the model alias `alias` loads the tiny model: a block that names a real
+    model (`base_model="smollm2-135m"`) runs as written, in seconds (README.md runs the real one)."""
+    from art_train.models import add_model, model_spec
+
+    original = model_spec(alias)
+    assert original is not None, f"{alias!r} is not a model alias"
+    add_model(dataclasses.replace(original, folder=tiny_model_path(), gguf=None, sha256=None))
+    RESTORE.append(lambda: add_model(original))
 
 
 def sft_records(count: int = 4) -> list[dict[str, Any]]:
