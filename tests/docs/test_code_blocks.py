@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import os
 import unittest
 from pathlib import Path
 
@@ -23,11 +24,6 @@ from sybil.parsers.markdown import CodeBlockParser, SkipParser  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 PAGES = [p for p in PAGES if "```python" in p.read_text()]
-# pages whose blocks are not wired yet (being rewritten elsewhere); each block there is reported as skipped
-NOT_YET = {
-    "docs/langgraph.md": "its blocks need a LangGraph app and this page is being rewritten; not wired yet",
-    "docs/mcp.md": "its blocks need an MCP server and this page is being rewritten; not wired yet",
-}
 
 
 class AwaitingEvaluator:
@@ -48,10 +44,9 @@ class AwaitingEvaluator:
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
 def test_page_code_blocks_run(page: Path, tiny_model_path: Path, tmp_path: Path, monkeypatch) -> None:
     rel = str(page.relative_to(ROOT))
-    if rel in NOT_YET:
-        pytest.skip(NOT_YET[rel])
     monkeypatch.chdir(tmp_path)  # files the blocks write land here
     monkeypatch.setenv("ART_HOME", str(tmp_path / ".art"))
+    monkeypatch.setenv("PATH", os.environ["PATH"])  # restored after the page, which may prepend to it
     doc_env.TINY["path"] = tiny_model_path
     loop = asyncio.new_event_loop()
     evaluator = AwaitingEvaluator(loop)
@@ -71,6 +66,9 @@ def test_page_code_blocks_run(page: Path, tiny_model_path: Path, tmp_path: Path,
         for backend in doc_env.BACKENDS:
             loop.run_until_complete(backend.close())
         doc_env.BACKENDS.clear()
+        for undo in doc_env.RESTORE:
+            undo()
+        doc_env.RESTORE.clear()
         loop.close()
     for line in skipped:
         print("skipped", line)  # shown with -rP / -s
