@@ -26,7 +26,7 @@ import httpx
 from art_core.config import VLLMConfig
 
 from .base import ChatRequest, EngineError, EngineUnavailable
-from .child import free_port, stop_group
+from .child import core_share, free_port, stop_group
 
 __all__ = ["VLLMEngine", "omp_binding"]
 
@@ -70,10 +70,9 @@ def omp_binding(cpus: list[int], ranks: int) -> str | None:
     """``VLLM_CPU_OMP_THREADS_BIND`` for a vLLM server with `ranks` CPU ranks on `cpus`: the cores cut into
     `ranks` equal runs, ``|`` between ranks ([0, 1, 2, 3], 2 -> ``0,1|2,3``); None (vLLM's 'auto') when
     there are fewer cores than ranks."""
-    per = len(cpus) // max(1, ranks)
-    if per == 0:
+    if len(cpus) < max(1, ranks):
         return None
-    return "|".join(",".join(map(str, cpus[r * per:(r + 1) * per])) for r in range(ranks))
+    return "|".join(",".join(map(str, core_share(cpus, ranks, r))) for r in range(ranks))
 
 
 class VLLMEngine:

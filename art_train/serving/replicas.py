@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engines.base import ChatRequest, Engine, EngineError, EngineUnavailable, Sleeps
+from ..engines.child import core_share
 from .router import Router, session_key
 
 __all__ = ["Launch", "Replica", "ReplicaSet", "core_share", "local_launcher"]
@@ -277,15 +278,6 @@ class ReplicaSet:
     async def adapter_fingerprint(self, name: str) -> str | None:
         result = await self._call(name, None, lambda e: e.adapter_fingerprint(name))
         return None if result is None else str(result)
-
-
-def core_share(cpus: list[int], replicas: int, index: int) -> list[int]:
-    """Replica `index`'s cores: `cpus` cut into `replicas` equal runs ([0, 1, 2, 3], 2 replicas -> [0, 1] and
-    [2, 3]; a remainder is left unused), or one core each in turn when there are more replicas than cores."""
-    per = len(cpus) // max(1, replicas)
-    if per == 0:
-        return [cpus[index % len(cpus)]] if cpus else []
-    return cpus[index * per:(index + 1) * per]
 
 
 def local_launcher(kind: str, path: Path, model_config: Any, device: str | None, dtype: str,
