@@ -163,6 +163,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     backend = None
     servers = contextlib.ExitStack()
+    judge: Any
+    params: dict[str, Any]
     if args.judge == "oracle":  # served on loopback, reached through litellm as a paid judge is
         from .oracle_judge import oracle_server
 
@@ -174,10 +176,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
         backend = LocalBackend(path=run / "art")
         # a group of six email trajectories can pass 4,096 tokens; SmolLM2 has 8,192 positions
-        judge: Any = art.TrainableModel(name="judge", project="art-e-ruler", base_model=args.base_model,
-                                        config=art.ModelConfig(max_seq_len=8192))  # fmt: skip
+        judge = art.TrainableModel(name="judge", project="art-e-ruler", base_model=args.base_model,
+                                   config=art.ModelConfig(max_seq_len=8192))  # fmt: skip
         await judge.register(backend)
-        params: dict[str, Any] = {}
+        params = {}
         label = f"{args.base_model} (served)"
     else:
         judge, params, label = args.judge, {"api_base": args.judge_api_base, "api_key": "none"}, args.judge
