@@ -9,6 +9,10 @@ group's Kendall tau-b compares the two rankings (1: same order, 0: unrelated, -1
 
     python -m examples.art_e.ruler_agreement --judge self                 # the served SmolLM2-135M judges
     python -m examples.art_e.ruler_agreement --judge openai/NAME --judge-api-base URL
+    python -m examples.art_e.ruler_agreement --judge oracle               # the scripted oracle over HTTP
+
+The oracle (`oracle_judge.py`) is no model: it re-scores what each shown transcript did with ART-E's
+reward, so its tau (1 when all is right) checks RULER's prompt, ids, parsing and ordering.
 
 A judge failure (unparseable answer twice) drops the group and is counted, never scored as 0. The
 served judge (``--judge self``) decodes under the group's own JSON schema (RULER sends it to a judge
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import copy
 import dataclasses
 import datetime as dt
@@ -157,15 +162,24 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     groups = await build_groups(db, train, args.groups, args.seed)
     t0 = time.perf_counter()
     backend = None
-    if args.judge == "self":  # the served base model judges (no network needed)
+    servers = contextlib.ExitStack()
+    judge: Any
+    params: dict[str, Any]
+    if args.judge == "oracle":  # served on loopback, reached through litellm as a paid judge is
+        from .oracle_judge import oracle_server
+
+        oracle = servers.enter_context(oracle_server(train))
+        judge, params = "openai/oracle", {"api_base": oracle.url, "api_key": "none"}
+        label = "oracle (scripted, over HTTP)"
+    elif args.judge == "self":  # the served base model judges (no network needed)
         from art_train import LocalBackend
 
         backend = LocalBackend(path=run / "art")
         # a group of six email trajectories can pass 4,096 tokens; SmolLM2 has 8,192 positions
-        judge: Any = art.TrainableModel(name="judge", project="art-e-ruler", base_model=args.base_model,
-                                        config=art.ModelConfig(max_seq_len=8192))  # fmt: skip
+        judge = art.TrainableModel(name="judge", project="art-e-ruler", base_model=args.base_model,
+                                   config=art.ModelConfig(max_seq_len=8192))  # fmt: skip
         await judge.register(backend)
-        params: dict[str, Any] = {}
+        params = {}
         label = f"{args.base_model} (served)"
     else:
         judge, params, label = args.judge, {"api_base": args.judge_api_base, "api_key": "none"}, args.judge
@@ -179,6 +193,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     try:
         out = await measure(groups, judge, params, on_group=keep, timeout=args.judge_timeout)
     finally:
+        servers.close()
         if backend is not None:
             await backend.close()
     out.update(judge=label, seed=args.seed, wall_s=time.perf_counter() - t0, variants=list(VARIANTS),
@@ -199,9 +214,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument(
-        "--judge", default="self", help="'self' (serve --base-model as the judge) or a litellm model"
-    )
+    p.add_argument("--judge", default="self",
+                   help="'self' (serve --base-model as the judge), 'oracle' (the scripted oracle) or a litellm model")  # fmt: skip
     p.add_argument("--judge-api-base", help="the judge's OpenAI-compatible base URL")
     p.add_argument("--base-model", default="smollm2-135m", help="the served judge with --judge self")
     p.add_argument("--judge-max-tokens", type=int, default=1024,

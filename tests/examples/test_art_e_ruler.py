@@ -8,7 +8,9 @@ import re
 
 import pytest
 
+import ruler
 from examples.art_e.inbox import generate_inbox, write_db
+from examples.art_e.oracle_judge import oracle_server
 from examples.art_e.ruler_agreement import VARIANTS, build_groups, measure
 from examples.art_e.teacher import spoken
 from tests.support.scripted_openai import ScriptedOpenAI
@@ -97,3 +99,30 @@ async def test_tau_is_one_for_a_perfect_judge_minus_one_reversed_and_failures_ar
     with ScriptedOpenAI(flat) as server:
         alike = await measure(groups, "openai/judge", params(server))
     assert alike["no_ranking"] == 4 and alike["scored"] == 0 and alike["dropped"] == 0 and "tau_mean" not in alike
+
+
+@pytest.mark.heavy
+async def test_the_oracle_over_http_ranks_as_the_true_reward_and_a_swapped_id_judge_does_not(built, groups, inbox):
+    """The oracle sees only RULER's prompt; it re-scores each transcript with ART-E's reward."""
+    with oracle_server([inbox]) as server:
+        good = await measure(groups, "openai/oracle", {"api_base": server.url, "api_key": "x"})
+    assert good["scored"] == 4 and good["dropped"] == 0 and good["tau_mean"] == pytest.approx(1.0)
+    assert len(server.requests) == 4 and all(r["model"] == "oracle" for r in server.requests)
+    for t in (t for g in groups for t in g.trajectories):  # each id's score came back to its trajectory
+        assert t.logs[-1].endswith(f"reward {t.metrics['independent_reward']:+.2f}"), t.logs[-1]
+
+    group = built[0].model_copy(deep=True)  # the same with response_format sent (RULER's JSON schema)
+    with oracle_server([inbox]) as server:
+        scored = await ruler.score_group(group, judge="openai/oracle", structured=True,
+                                         litellm_params={"api_base": server.url, "api_key": "x"})  # fmt: skip
+    assert "response_format" in server.requests[0]
+    assert ruler.kendall_tau([t.metrics["independent_reward"] for t in scored.trajectories],
+                             [t.reward for t in scored.trajectories]) == pytest.approx(1.0)  # fmt: skip
+
+    def swap_ids(entries):  # an ordering bug: the scores read back onto the ids in reverse
+        return [{**e, "trajectory_id": r["trajectory_id"]} for e, r in zip(entries, entries[::-1], strict=True)]
+
+    groups = [g.model_copy(deep=True) for g in built]
+    with oracle_server([inbox], change=swap_ids) as server:
+        bad = await measure(groups, "openai/oracle", {"api_base": server.url, "api_key": "x"})
+    assert bad["scored"] == 4 and max(bad["taus"]) < 0  # the measurement can fail
