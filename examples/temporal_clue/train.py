@@ -112,8 +112,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     out = {**common.run_entry("temporal_clue", cfg, args, model, wall),
            "eval": {"puzzles": len(held_out), "greedy": True, "seeds": f"{held_out[0]}..{held_out[-1]}"},
            "metrics": common.figures(stages, METRICS), "curve": curve}
-    groups = await baselines(cfg, held_out, {"metrics": stages["sft_rl"]})
-    out["baselines"] = common.baselines_block(held_out, PLAYERS, groups, HEADLINE)
+    played = await baselines(cfg, held_out, {"metrics": stages["sft_rl"]})
+    out["baselines"] = common.baselines_block(held_out, PLAYERS, played, HEADLINE)
     if args.record:
         common.record(Path(args.record), "temporal_clue", out)
     for name, r in stages.items():
