@@ -5,7 +5,9 @@
     python benchmarks/examples_table.py --smoke         # every committed run renders (counts to --out)
 
 Each run gets one row per metric: the stages' means with 95% intervals, then the paired differences
-(SFT+RL - base, SFT+RL - SFT) with theirs, then the run's wall time and peak RSS.
+(SFT+RL - base, SFT+RL - SFT) with theirs, then the run's wall time and peak RSS. A run with
+`baselines` (examples/baselines.py) also shows the random legal player, the teacher and SFT+RL -
+random legal on the same games.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 RESULTS = Path(__file__).parent / "results" / "examples.json"
 STAGES = ("base", "sft", "sft_rl")
 DIFFS = ("sft_rl_minus_base", "sft_rl_minus_sft")
+PLAYERS = ("random_legal", "teacher")
 
 
 def _interval(cell: dict[str, Any], key: str, sign: bool) -> str:
@@ -46,13 +49,21 @@ def _is_row(value: dict[str, Any]) -> bool:
 
 
 def markdown(example: str, run: str, entry: dict[str, Any]) -> str:
+    baselines = entry.get("baselines") or {}
+    head = "| metric | base | SFT | SFT + RL | SFT+RL - base | SFT+RL - SFT |"
+    if baselines:
+        head += " random legal | teacher | SFT+RL - random legal |"
     lines = [f"### {example} {run} ({entry.get('model')}, wall {entry.get('wall_s', 0) / 60:.1f} min, "
-             f"peak RSS {entry.get('peak_rss_mb', 0) / 1024:.1f} GB)", "",
-             "| metric | base | SFT | SFT + RL | SFT+RL - base | SFT+RL - SFT |", "|---|---|---|---|---|---|"]  # fmt: skip
+             f"peak RSS {entry.get('peak_rss_mb', 0) / 1024:.1f} GB)", "", head, "|---" * (head.count("|") - 1) + "|"]
     for group, metrics in tables(entry).items():
         for name, row in metrics.items():
             cells = [_interval(row[s], "mean", False) if s in row else "-" for s in STAGES]
             cells += [_interval(row[d], "diff", True) if d in row else "-" for d in DIFFS]
+            if baselines:
+                played = baselines.get(group, {}).get(name, {})
+                cells += [_interval(played[p], "mean", False) if p in played else "-" for p in PLAYERS]
+                diff = played.get("sft_rl_minus_random_legal")
+                cells.append(_interval(diff, "diff", True) if diff else "-")
             lines.append(f"| {f'{group} ' if group else ''}{name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -91,6 +91,49 @@ def figures(stages: dict[str, art.EvalResult], keys: dict[str, str | None]) -> d
     return out
 
 
+def scripted_result(player: str, games: list[tuple[int, art.Trajectory]]) -> art.EvalResult:
+    """A scripted player's games (held-out seed, scored trajectory) as an `art.EvalResult`, so its
+    means and intervals come from the same bootstrap as the model's (`EvalResult.ci`, seed 0)."""
+    groups = [art.TrajectoryGroup([t], metadata={"task_id": str(s)}) for s, t in games]
+    return art.EvalResult.from_groups(groups, model=player, step=None)
+
+
+def baseline_figures(players: dict[str, art.EvalResult], keys: dict[str, str | None],
+                     trained: art.EvalResult | None = None) -> dict[str, Any]:
+    """Each metric's mean and 95% interval per scripted player; with the trained model's results on
+    the same games, the paired difference SFT+RL - random legal (`art.compare`)."""
+    out: dict[str, Any] = {}
+    for name, key in keys.items():
+        res = {p: by_metric(r, key) for p, r in players.items()}
+        row: dict[str, Any] = {p: {"mean": r.mean, "ci": list(r.ci)} for p, r in res.items()}
+        if trained is not None:
+            c = art.compare(res["random_legal"], by_metric(trained, key))
+            row["sft_rl_minus_random_legal"] = {"diff": c.diff, "ci": list(c.ci), "p_value": c.p_value,
+                                                "method": "paired"}
+        out[name] = row
+    return out
+
+
+def baselines_block(seeds: list[int], players: dict[str, str], groups: dict[str, dict[str, Any]],
+                    headline: str) -> dict[str, Any]:
+    """A run's `baselines` entry: the games, what each player does, its figures per table, and the
+    headline difference SFT+RL - random legal (`headline` names the table whose score it is)."""
+    score = groups[headline]["score"]
+    return {"games": len(seeds), "seeds": f"{seeds[0]}..{seeds[-1]}", "players": players, **groups,
+            "headline": {"table": headline, "metric": "score", **score.get("sft_rl_minus_random_legal", {})}}
+
+
+def print_baselines(block: dict[str, Any]) -> None:
+    """The scripted players' figures on the headline table, then SFT+RL - random legal."""
+    head = block["headline"]
+    for player in block["players"]:
+        print(f"{player}: " + figures_line(block[head["table"]], player))
+    if "diff" in head:
+        low, high = head["ci"]
+        print(f"SFT+RL - random legal ({head['table']} {head['metric']}, {head['method']}): "
+              f"{head['diff']:+.3f} [{low:+.3f}, {high:+.3f}]")
+
+
 def run_entry(example: str, cfg: dict[str, Any], args: argparse.Namespace, model: art.TrainableModel,
               wall: float) -> dict[str, Any]:
     """The fields every example's results entry starts with; the script adds its evaluation and figures."""

@@ -12,6 +12,7 @@ For held-out evaluation each role plays with a fixed scripted partner (`game.bes
 
 from __future__ import annotations
 
+import random
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -22,7 +23,7 @@ try:
 except ImportError:
     import game  # type: ignore[no-redef]
 
-__all__ = ["OPERATIVE", "PENALTY", "SPYMASTER", "expert_game", "play", "rollout_pair"]
+__all__ = ["OPERATIVE", "PENALTY", "SPYMASTER", "expert_game", "play", "rollout_pair", "scripted_role"]
 
 SPYMASTER = (
     "You are the spymaster in Codenames. Give a one-word clue and the number of OUR words it points to. "
@@ -103,6 +104,26 @@ def _scripted_operative(board: game.Board) -> Reply:
     return reply
 
 
+def _random_spymaster(board: game.Board, rng: random.Random) -> Reply:
+    """A clue word from the prompt's list (never a board word) and a number 1-3, uniformly."""
+    async def reply(messages: list[dict[str, Any]]) -> str:
+        return f"<clue>{rng.choice(sorted(game.CATEGORIES))} {rng.randint(1, 3)}</clue>"
+
+    return reply
+
+
+def _random_operative(board: game.Board, rng: random.Random) -> Reply:
+    """A board word not yet guessed, or pass, uniformly."""
+    guessed: list[str] = []
+
+    async def reply(messages: list[dict[str, Any]]) -> str:
+        word = rng.choice([w for w in board.words if w not in guessed] + ["pass"])
+        guessed.append(word)
+        return f"<guess>{word}</guess>"
+
+    return reply
+
+
 def _model_reply(model: art.Model, client: Any, temperature: float, max_tokens: int) -> Reply:
     async def reply(messages: list[dict[str, Any]]) -> str:
         r = await client.chat.completions.create(model=model.served_name(), messages=messages,
@@ -161,3 +182,14 @@ async def expert_game(seed: int) -> list[art.Trajectory]:
     if result["operative"] is not None:
         trajs.append(_trajectory(art.Trajectory(messages=result["operative"]), result, "operative"))
     return trajs
+
+
+async def scripted_role(seed: int, role: str, player: str) -> art.Trajectory:
+    """A game on the board from `seed` with `player` ("random_legal" or "teacher") in `role` beside the
+    scripted partner, as `rollout_pair` sets up the model's evaluation; the role's trajectory."""
+    board = game.deal(seed)
+    rng = random.Random(f"random-legal-{seed}")
+    spy = _random_spymaster(board, rng) if (role, player) == ("spymaster", "random_legal") else _scripted_spymaster(board)
+    ops = _random_operative(board, rng) if (role, player) == ("operative", "random_legal") else _scripted_operative(board)
+    result = await play(board, spy, ops)
+    return _trajectory(art.Trajectory(messages=result[role]), result, role)

@@ -68,6 +68,23 @@ METRICS = {"score": None, "mean_margin": "margin", "assassin_rate": "assassin", 
            "invalid_guess_rate": "invalid_guess"}
 
 
+PLAYERS = {"random_legal": "spymaster: a clue word from the prompt's list and a number 1-3; operative: a board "
+                           "word not yet guessed, or pass; each uniformly (agent.scripted_role)",
+           "teacher": "the scripted spymaster and operative (game.best_clue, game.scripted_guesses)"}
+HEADLINE = "both_roles"
+
+
+async def baselines(cfg: dict[str, Any], seeds: list[int],
+                    trained: dict[str, art.EvalResult] | None = None) -> dict[str, Any]:
+    """The random legal player and the teacher in each role beside the scripted partner, on the held-out
+    boards of `evaluate`; with the trained model's results (per role and `both_roles`), the paired difference."""
+    res = {role: {p: common.scripted_result(p, [(s, await agent.scripted_role(s, role, p)) for s in seeds])
+                  for p in PLAYERS} for role in ROLES}
+    both = {p: both_roles(res["spymaster"][p], res["operative"][p]) for p in PLAYERS}
+    return {"both_roles": common.baseline_figures(both, {"score": None}, trained["both_roles"] if trained else None),
+            **{role: common.baseline_figures(res[role], METRICS, trained[role] if trained else None) for role in ROLES}}
+
+
 async def train_groups(model: art.TrainableModel, seeds: range, group_size: int, client: Any,
                        temperature: float = 1.0) -> list[art.TrajectoryGroup]:  # fmt: skip
     """Group_size games per board with the model in both roles; one group per role per board."""
@@ -126,6 +143,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                     "partner": "scripted (game.best_clue / game.scripted_guesses)"},
            "both_roles": common.figures(both, {"score": None}),
            **{role: common.figures(stages[role], METRICS) for role in ROLES}, "curve": curve}
+    trained = {"both_roles": both["sft_rl"], **{role: stages[role]["sft_rl"] for role in ROLES}}
+    out["baselines"] = common.baselines_block(held_out, PLAYERS, await baselines(cfg, held_out, trained), HEADLINE)
     if args.record:
         common.record(Path(args.record), "codenames", out)
     for name in both:
@@ -133,6 +152,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         for role in ROLES:
             print(f"  {role}: " + common.figures_line(out[role], name))
     common.print_comparisons(both, wall, out["peak_rss_mb"])
+    common.print_baselines(out["baselines"])
     return out
 
 

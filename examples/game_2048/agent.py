@@ -25,7 +25,7 @@ except ImportError:
     import game  # type: ignore[no-redef]
 
 __all__ = ["INVALID_REWARD", "SYSTEM", "WIN_REWARD", "expert_trajectory", "keep_turns", "play_game", "prompt",
-           "reward_for", "rollout"]
+           "random_trajectory", "reward_for", "rollout"]
 
 SYSTEM = (
     "You play 2048. Reach the tile {target}. A move slides all tiles left, right, up or down; equal "
@@ -114,6 +114,19 @@ async def expert_trajectory(seed: int, *, target: int = 64, max_moves: int = 80)
 
     async def choose(messages: list[dict[str, Any]], board: game.Board) -> str:
         return f"<move>{game.greedy_move(board)}</move>"
+
+    g, invalid, turns = await play_game(choose, seed, target, max_moves)
+    traj = art.Trajectory(messages=turns[0], additional_histories=[art.History(messages=t) for t in turns[1:]])
+    return _score(traj, g, invalid)
+
+
+async def random_trajectory(seed: int, *, target: int = 64, max_moves: int = 80) -> art.Trajectory:
+    """A game of moves chosen uniformly among those that change the board (dice of its own, seeded by
+    the game): the random legal baseline."""
+    rng = random.Random(f"random-legal-{seed}")
+
+    async def choose(messages: list[dict[str, Any]], board: game.Board) -> str:
+        return f"<move>{rng.choice(game.valid_moves(board))}</move>"
 
     g, invalid, turns = await play_game(choose, seed, target, max_moves)
     traj = art.Trajectory(messages=turns[0], additional_histories=[art.History(messages=t) for t in turns[1:]])

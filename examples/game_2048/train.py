@@ -63,6 +63,21 @@ async def evaluate(model: art.TrainableModel, step: int, seeds: list[int], cfg: 
 METRICS = {"score": None, "win_rate": "win", "invalid_rate": "invalid", "max_tile": "max_tile", "moves": "moves"}
 
 
+PLAYERS = {"random_legal": "a move chosen uniformly among those that change the board (agent.random_trajectory)",
+           "teacher": "the greedy heuristic (agent.expert_trajectory)"}
+HEADLINE = "metrics"
+
+
+async def baselines(cfg: dict[str, Any], seeds: list[int],
+                    trained: dict[str, art.EvalResult] | None = None) -> dict[str, Any]:
+    """The random legal player and the teacher on the held-out games of `evaluate`; with the trained
+    model's results (`metrics`), the paired difference."""
+    play = {"random_legal": agent.random_trajectory, "teacher": agent.expert_trajectory}
+    players = {p: common.scripted_result(p, [(s, await fn(s, target=cfg["target"], max_moves=cfg["max_moves"]))
+                                             for s in seeds]) for p, fn in play.items()}
+    return {"metrics": common.baseline_figures(players, METRICS, trained["metrics"] if trained else None)}
+
+
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     from art_train import LocalBackend
 
@@ -110,11 +125,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     out = {**common.run_entry("game_2048", cfg, args, model, wall),
            "eval": {"games": len(held_out), "greedy": True, "seeds": f"{held_out[0]}..{held_out[-1]}"},
            "metrics": common.figures(stages, METRICS), "curve": curve}
+    played = await baselines(cfg, held_out, {"metrics": stages["sft_rl"]})
+    out["baselines"] = common.baselines_block(held_out, PLAYERS, played, HEADLINE)
     if args.record:
         common.record(Path(args.record), "game_2048", out)
     for name, r in stages.items():
         print(f"{name} (step {r.step}): " + common.figures_line(out["metrics"], name))
     common.print_comparisons(stages, wall, out["peak_rss_mb"])
+    common.print_baselines(out["baselines"])
     return out
 
 

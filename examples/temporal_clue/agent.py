@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import art_core as art
@@ -11,7 +12,7 @@ try:
 except ImportError:
     import puzzle  # type: ignore[no-redef]
 
-__all__ = ["SYSTEM", "expert_trajectory", "messages_for", "rollout"]
+__all__ = ["SYSTEM", "expert_trajectory", "messages_for", "random_trajectory", "rollout"]
 
 SYSTEM = (
     "Solve the murder puzzle. Exactly one choice of who, what, where and when fits every clue. "
@@ -53,3 +54,12 @@ def expert_trajectory(seed: int, size: int = 3) -> art.Trajectory:
     text = puzzle.render_answer(solution)
     traj = art.Trajectory(messages=[*messages_for(p), {"role": "assistant", "content": text}])
     return _score(traj, text, p)
+
+
+def random_trajectory(seed: int, size: int = 3) -> art.Trajectory:
+    """An answer of one option per field chosen uniformly (dice seeded by the puzzle): the random
+    legal baseline."""
+    p = puzzle.generate(seed, size)
+    rng = random.Random(f"random-legal-{seed}")
+    text = puzzle.render_answer({f: rng.choice(p.options[f]) for f in puzzle.FIELDS})
+    return _score(art.Trajectory(messages=[*messages_for(p), {"role": "assistant", "content": text}]), text, p)

@@ -57,6 +57,20 @@ METRICS = {"score": None, "solved_rate": "solved", "formatted_rate": "formatted"
            **{f"{f}_right": f"{f}_right" for f in ("who", "what", "where", "when")}}
 
 
+PLAYERS = {"random_legal": "one option per field chosen uniformly (agent.random_trajectory)",
+           "teacher": "the exhaustive solver (agent.expert_trajectory)"}
+HEADLINE = "metrics"
+
+
+async def baselines(cfg: dict[str, Any], seeds: list[int],
+                    trained: dict[str, art.EvalResult] | None = None) -> dict[str, Any]:
+    """The random legal player and the teacher on the held-out puzzles of `evaluate`; with the trained
+    model's results (`metrics`), the paired difference."""
+    play = {"random_legal": agent.random_trajectory, "teacher": agent.expert_trajectory}
+    players = {p: common.scripted_result(p, [(s, fn(s, cfg["size"])) for s in seeds]) for p, fn in play.items()}
+    return {"metrics": common.baseline_figures(players, METRICS, trained["metrics"] if trained else None)}
+
+
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     from art_train import LocalBackend
 
@@ -98,11 +112,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     out = {**common.run_entry("temporal_clue", cfg, args, model, wall),
            "eval": {"puzzles": len(held_out), "greedy": True, "seeds": f"{held_out[0]}..{held_out[-1]}"},
            "metrics": common.figures(stages, METRICS), "curve": curve}
+    played = await baselines(cfg, held_out, {"metrics": stages["sft_rl"]})
+    out["baselines"] = common.baselines_block(held_out, PLAYERS, played, HEADLINE)
     if args.record:
         common.record(Path(args.record), "temporal_clue", out)
     for name, r in stages.items():
         print(f"{name} (step {r.step}): " + common.figures_line(out["metrics"], name))
     common.print_comparisons(stages, wall, out["peak_rss_mb"])
+    common.print_baselines(out["baselines"])
     return out
 
 

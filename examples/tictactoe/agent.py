@@ -22,7 +22,7 @@ except ImportError:
     import game  # type: ignore[no-redef]
 
 __all__ = ["ILLEGAL_REWARD", "SYSTEM", "balanced_seeds", "expert_trajectory", "opening", "play_game", "prompt",
-           "reward_for", "rollout"]
+           "random_trajectory", "reward_for", "rollout"]
 
 SYSTEM = (
     "You play Tic Tac Toe as {mark}. Cells are a row letter (A, B, C from the top) and a column "
@@ -161,6 +161,18 @@ async def expert_trajectory(seed: int, opponent: str = "random") -> art.Trajecto
 
     async def choose(messages: list[dict[str, Any]], board: game.Board, mark: str) -> str:
         return f"<move>{game.cell_name(game.perfect_move(board, mark, rng))}</move>"
+
+    messages, result = await play_game(choose, seed, opponent)
+    return _score(art.Trajectory(messages=messages), result)
+
+
+async def random_trajectory(seed: int, opponent: str = "random") -> art.Trajectory:
+    """A game in which the agent's seat plays a free cell chosen uniformly (its own dice, seeded by the
+    game): the random legal baseline."""
+    rng = random.Random(f"random-legal-{seed}")
+
+    async def choose(messages: list[dict[str, Any]], board: game.Board, mark: str) -> str:
+        return f"<move>{game.cell_name(game.random_move(board, rng))}</move>"
 
     messages, result = await play_game(choose, seed, opponent)
     return _score(art.Trajectory(messages=messages), result)

@@ -61,6 +61,26 @@ METRICS = {"score": None, "win_rate": "win", "draw_rate": "draw", "loss_rate": "
            "tagged_rate": "tagged"}
 
 
+PLAYERS = {"random_legal": "a free cell chosen uniformly (agent.random_trajectory)",
+           "teacher": "the minimax player (agent.expert_trajectory)"}
+HEADLINE = "vs_random"
+
+
+async def baselines(cfg: dict[str, Any], seeds: list[int],
+                    trained: dict[str, art.EvalResult] | None = None) -> dict[str, Any]:
+    """The random legal player and the teacher on the held-out games of `evaluate` (the same seeds and
+    opponents); with the trained model's results (`vs_random`, `vs_minimax`), the paired difference."""
+    games = {"vs_random": ("random", seeds), "vs_minimax": ("minimax", seeds[: cfg["minimax_games"]])}
+    play = {"random_legal": agent.random_trajectory, "teacher": agent.expert_trajectory}
+    out = {}
+    for table, (opponent, table_seeds) in games.items():
+        players = {p: common.scripted_result(p, [(s, await fn(s, opponent)) for s in table_seeds])
+                   for p, fn in play.items()}
+        keys = {k: v for k, v in METRICS.items() if table == "vs_random" or k != "win_rate"}
+        out[table] = common.baseline_figures(players, keys, trained[table] if trained else None)
+    return out
+
+
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     from art_train import LocalBackend
 
@@ -112,6 +132,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
            "vs_random": common.figures(vs_random, {**METRICS}),
            "vs_minimax": common.figures(vs_minimax, {k: v for k, v in METRICS.items() if k != "win_rate"}),
            "curve": curve}
+    trained = {"vs_random": vs_random["sft_rl"], "vs_minimax": vs_minimax["sft_rl"]}
+    out["baselines"] = common.baselines_block(held_out, PLAYERS, await baselines(cfg, held_out, trained), HEADLINE)
     if args.record:
         common.record(Path(args.record), "tictactoe", out)
     for name in vs_random:
@@ -119,6 +141,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         for label, table in (("vs random", out["vs_random"]), ("vs minimax", out["vs_minimax"])):
             print(f"  {label}: " + common.figures_line(table, name))
     common.print_comparisons(vs_random, wall, out["peak_rss_mb"])
+    common.print_baselines(out["baselines"])
     return out
 
 

@@ -111,3 +111,27 @@ def test_keep_turns_samples_moves_and_keeps_the_last():
     assert len(kept.histories()) == 4 and kept.histories()[-1].messages() == last
     assert kept.reward == t.reward
     assert len(agent.keep_turns(t.model_copy(deep=True), None, seed=0).histories()) == len(t.histories())
+
+
+def test_random_legal_player_plays_only_moves_that_change_the_board_and_repeats_per_seed():
+    async def games(seeds: range) -> list:
+        return [await agent.random_trajectory(s, target=64, max_moves=60) for s in seeds]
+
+    played = asyncio.run(games(range(40)))
+    assert all(t.metrics["invalid"] == 0.0 and t.reward > agent.INVALID_REWARD for t in played)
+    assert all(t.metrics["moves"] == len(t.histories()) for t in played)  # one history per (valid) move
+    moves = [[game.parse_move(h.messages()[-1]["content"]) for h in t.histories()] for t in played]
+    assert moves == [[game.parse_move(h.messages()[-1]["content"]) for h in t.histories()] for t in asyncio.run(games(range(40)))]
+    assert {m for game_moves in moves for m in game_moves} == set(game.DIRECTIONS)
+
+
+def test_baselines_on_the_held_out_games():
+    from examples import train_common
+    from examples.game_2048 import train
+
+    seeds = train_common.held_out_seeds("test", 12)
+    groups = asyncio.run(train.baselines({"target": 64, "max_moves": 60}, seeds))
+    assert set(groups) == {"metrics"} and set(groups["metrics"]) == set(train.METRICS)
+    rows = groups["metrics"]
+    assert rows["score"]["teacher"]["mean"] >= rows["score"]["random_legal"]["mean"]
+    assert rows["invalid_rate"]["random_legal"]["mean"] == rows["invalid_rate"]["teacher"]["mean"] == 0.0

@@ -102,3 +102,43 @@ def test_assassin_and_invalid_guesses_are_penalised():
     assert out["spymaster_reward"] == pytest.approx(1 / 3)  # the spymaster keeps the margin so far
     out = asyncio.run(agent.play(b, reply("<clue>animal 2</clue>"), reply("<guess>dog</guess>", "<guess>pass</guess>")))
     assert not out["invalid_guess"] and out["operative_reward"] == pytest.approx(1 / 3)
+
+
+@pytest.mark.parametrize("role", ["spymaster", "operative"])
+def test_random_legal_player_gives_only_legal_clues_and_guesses_and_repeats_per_seed(role):
+    async def games(seeds: range) -> list:
+        return [await agent.scripted_role(s, role, "random_legal") for s in seeds]
+
+    played = asyncio.run(games(range(200)))
+    assert all(t.metrics["illegal_clue"] == 0.0 and t.metrics["invalid_guess"] == 0.0 for t in played)
+    assert all(t.metadata["role"] == role for t in played)
+    again = asyncio.run(games(range(20)))
+    assert [t.messages() for t in again] == [t.messages() for t in played[:20]]
+    if role == "spymaster":
+        clues = collections.Counter(t.metadata["clue"] for t in played)
+        assert len(clues) > 20 and all(c.split()[0] in game.CATEGORIES for c in clues)
+    else:
+        assert sum(t.metrics["assassin"] for t in played) > 0  # it guesses blind, unlike the scripted operative
+        assert any(t.messages()[-1]["content"] == "<guess>pass</guess>" for t in played)
+
+
+def test_teacher_in_either_role_is_the_scripted_game():
+    for seed in range(5):
+        expert = asyncio.run(agent.expert_game(seed))
+        for t in expert:
+            role = t.metadata["role"]
+            assert asyncio.run(agent.scripted_role(seed, role, "teacher")).messages() == t.messages()
+
+
+def test_baselines_on_the_held_out_boards():
+    from examples import train_common
+    from examples.codenames import train
+
+    seeds = train_common.held_out_seeds("test", 20)
+    groups = asyncio.run(train.baselines({}, seeds))
+    assert set(groups) == {"both_roles", "spymaster", "operative"}
+    assert set(groups["both_roles"]) == {"score"} and set(groups["spymaster"]) == set(train.METRICS)
+    for table in groups.values():
+        assert table["score"]["teacher"]["mean"] >= table["score"]["random_legal"]["mean"]
+    spy, ops = groups["spymaster"]["score"]["random_legal"]["mean"], groups["operative"]["score"]["random_legal"]["mean"]
+    assert groups["both_roles"]["score"]["random_legal"]["mean"] == pytest.approx((spy + ops) / 2)

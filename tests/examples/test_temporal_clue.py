@@ -65,3 +65,28 @@ def test_expert_trajectory_is_the_solvers_answer():
     t = agent.expert_trajectory(11)
     assert t.reward == 1.0 and t.metrics["solved"] == 1.0
     assert [m["role"] for m in t.messages()] == ["system", "user", "assistant"]
+
+
+def test_random_legal_answer_names_an_option_for_every_field_and_repeats_per_seed():
+    played = [agent.random_trajectory(s) for s in range(60)]
+    for s, t in zip(range(60), played, strict=True):
+        answer = puzzle.parse_answer(t.messages()[-1]["content"])
+        options = puzzle.generate(s).options
+        assert all(answer[f] in options[f] for f in puzzle.FIELDS)
+    assert all(t.metrics["formatted"] == 1.0 for t in played)
+    assert [t.messages() for t in played[:10]] == [agent.random_trajectory(s).messages() for s in range(10)]
+    assert 0.2 < sum(t.reward for t in played) / 60 < 0.5  # a third of the fields right, by chance
+
+
+def test_baselines_on_the_held_out_puzzles():
+    import asyncio
+
+    from examples import train_common
+    from examples.temporal_clue import train
+
+    seeds = train_common.held_out_seeds("test", 20)
+    groups = asyncio.run(train.baselines({"size": 3}, seeds))
+    assert set(groups) == {"metrics"} and set(groups["metrics"]) == set(train.METRICS)
+    rows = groups["metrics"]
+    assert rows["score"]["teacher"] == {"mean": 1.0, "ci": [1.0, 1.0]}
+    assert rows["score"]["teacher"]["mean"] >= rows["score"]["random_legal"]["mean"]

@@ -127,3 +127,32 @@ def test_balanced_seeds_show_the_centre_opening_to_a_third_of_the_o_games():
     assert game.render(game.play(game.empty_board(), agent.opening(as_o[0]), "X")) in first
     with pytest.raises(ValueError, match="more candidates"):
         agent.balanced_seeds(range(10), 10)
+
+
+def test_random_legal_player_plays_only_free_cells_and_repeats_per_seed():
+    async def games(opponent: str, seeds: range) -> list:
+        return [await agent.random_trajectory(s, opponent) for s in seeds]
+
+    played = asyncio.run(games("random", range(300))) + asyncio.run(games("minimax", range(50)))
+    assert not any(t.metadata["outcome"] == "illegal" for t in played)  # a taken cell would end the game "illegal"
+    assert {t.metadata["outcome"] for t in played[:300]} == {"win", "draw", "loss"}
+    again = asyncio.run(games("random", range(20)))
+    assert [t.messages() for t in again] == [t.messages() for t in played[:20]]
+    firsts = {t.messages()[2]["content"] for t in played[:300] if t.metadata["mark"] == "X"}
+    assert len(firsts) > 5  # its dice are not the minimax player's: it opens all over the board
+
+
+def test_baselines_on_the_held_out_games():
+    from examples import train_common
+    from examples.tictactoe import train
+
+    seeds = train_common.held_out_seeds("test", 30)
+    groups = asyncio.run(train.baselines({"minimax_games": 10}, seeds))
+    assert set(groups) == {"vs_random", "vs_minimax"}
+    assert set(groups["vs_random"]) == set(train.METRICS) and set(groups["vs_minimax"]) == set(train.METRICS) - {"win_rate"}
+    score = groups["vs_random"]["score"]
+    assert score["teacher"]["mean"] >= score["random_legal"]["mean"]
+    assert groups["vs_minimax"]["score"]["teacher"] == {"mean": 0.5, "ci": [0.5, 0.5]}  # minimax against minimax draws
+    assert groups["vs_random"]["illegal_rate"]["random_legal"]["mean"] == 0.0
+    low, high = score["random_legal"]["ci"]
+    assert low <= score["random_legal"]["mean"] <= high and low < high

@@ -84,3 +84,88 @@ def test_a_recorded_entry_names_the_machine_it_ran_on(tmp_path):
     machine = data["cpu-seed0"]["machine"]
     assert machine["cpus"] == os.cpu_count() and isinstance(machine["native_bf16"], bool) and machine["capability"]
     assert data["cpu-seed1"]["machine"] == {"cpu": "given"} and data["cpu-seed0"]["wall_s"] == 1.0
+
+
+def _games(rewards: list[float]) -> list:
+    import art_core as art
+
+    return [(100_000 + i, art.Trajectory(messages=[], reward=r, metrics={"win": float(r > 0)}))
+            for i, r in enumerate(rewards)]
+
+
+def test_baseline_figures_pair_the_trained_model_with_the_random_player_game_by_game():
+    random_legal = train_common.scripted_result("random_legal", _games([0.0, 1.0, 0.0, 1.0]))
+    teacher = train_common.scripted_result("teacher", _games([1.0, 1.0, 1.0, 1.0]))
+    trained = train_common.scripted_result("sft_rl", _games([1.0, 1.0, 0.0, 1.0]))
+    assert random_legal.task_ids == ["100000", "100001", "100002", "100003"] and random_legal.mean == 0.5
+    rows = train_common.baseline_figures({"random_legal": random_legal, "teacher": teacher},
+                                         {"score": None, "win_rate": "win"}, trained)
+    assert rows["score"]["teacher"] == {"mean": 1.0, "ci": [1.0, 1.0]}
+    assert rows["score"]["random_legal"]["mean"] == 0.5 and rows["score"]["random_legal"]["ci"] == list(random_legal.ci)
+    diff = rows["win_rate"]["sft_rl_minus_random_legal"]
+    assert diff["diff"] == 0.25 and diff["method"] == "paired"  # game by game: 1, 0, 0, 0
+    assert diff["ci"][0] == 0.0 and 0.25 < diff["ci"][1] <= 1.0  # no game where the trained model did worse
+    assert "sft_rl_minus_random_legal" not in train_common.baseline_figures({"random_legal": random_legal},
+                                                                            {"score": None})["score"]
+
+
+def test_the_baselines_script_adds_the_games_to_recorded_runs(tmp_path):
+    from examples import baselines
+
+    row = {"sft_rl": {"mean": 0.6, "ci": [0.5, 0.7]}}
+    entry = {"settings": {"minimax_games": 2}, "eval": {"seeds": "100000..100009"},
+             "vs_random": {"score": row}, "vs_minimax": {"score": row}}  # fmt: skip
+    paired = {**entry, "baselines": {"headline": {"method": "paired", "diff": 0.1}}}
+    results = tmp_path / "examples.json"
+    results.write_text(json.dumps({"tictactoe": {"cpu-seed0": entry, "cpu-seed1": paired}, "art_e": {"x": {}}}))
+    with contextlib.redirect_stdout(io.StringIO()):
+        baselines.main(["tictactoe", "--results", str(results)])
+    data = json.loads(results.read_text())
+    assert data["tictactoe"]["cpu-seed1"] == paired and data["art_e"] == {"x": {}}  # paired figures are kept
+    block = data["tictactoe"]["cpu-seed0"]["baselines"]
+    assert block["games"] == 10 and block["seeds"] == "100000..100009" and set(block["players"]) == {"random_legal", "teacher"}
+    rand = block["vs_random"]["score"]["random_legal"]
+    head = block["headline"]
+    assert head["table"] == "vs_random" and head["metric"] == "score" and head["method"] == "interval ends"
+    assert head["diff"] == pytest.approx(0.6 - rand["mean"])
+    assert head["ci"] == pytest.approx([0.5 - rand["ci"][1], 0.7 - rand["ci"][0]])
+    assert "sft_rl_minus_random_legal" in block["vs_minimax"]["score"]
+    assert "sft_rl_minus_random_legal" not in block["vs_random"]["win_rate"]  # the run recorded no win rate
+    assert set(block["vs_random"]["win_rate"]) == {"random_legal", "teacher"}
+    with pytest.raises(SystemExit):
+        with contextlib.redirect_stderr(io.StringIO()):
+            baselines.main(["art_e", "--results", str(results)])
+
+
+@pytest.mark.parametrize("name", GAMES)
+def test_recorded_baselines_cover_every_table_and_metric_of_their_run(name):
+    from examples import baselines
+
+    for run, entry in json.loads(baselines.RESULTS.read_text())[name].items():
+        block = entry["baselines"]
+        tables = {k: v for k, v in block.items() if k not in ("games", "seeds", "players", "headline")}
+        assert tables and all(set(rows) == set(entry[t]) for t, rows in tables.items()), run
+        assert block["headline"]["table"] in tables and block["seeds"] == entry["eval"]["seeds"], run
+        assert all({"random_legal", "teacher", "sft_rl_minus_random_legal"} <= set(row) for rows in tables.values()
+                   for row in rows.values()), run
+
+
+def test_the_results_table_shows_the_baselines(tmp_path):
+    from benchmarks.examples_table import main
+
+    cell = {"mean": 0.5, "ci": [0.25, 0.75]}
+    base = {"random_legal": cell, "teacher": {"mean": 1.0, "ci": [1.0, 1.0]},
+            "sft_rl_minus_random_legal": {"diff": 0.0, "ci": [-0.5, 0.5], "method": "interval ends"}}
+    entry = {"model": "m", "metrics": {"score": {"sft_rl": cell}, "moves": {"sft_rl": cell}},
+             "baselines": {"games": 4, "seeds": "1..4", "players": {}, "metrics": {"score": base}, "headline": {}}}
+    results = tmp_path / "examples.json"
+    results.write_text(json.dumps({"game": {"cpu-seed0": entry}}))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        main(["--results", str(results)])
+    lines = out.getvalue().splitlines()
+    assert lines[2].endswith("| SFT+RL - SFT | random legal | teacher | SFT+RL - random legal |")
+    assert lines[3].count("|---") == 9
+    assert ("| metrics score | - | - | 0.500 [0.250, 0.750] | - | - | 0.500 [0.250, 0.750] | 1.000 [1.000, 1.000] "
+            "| +0.000 [-0.500, +0.500] |") in lines
+    assert "| metrics moves | - | - | 0.500 [0.250, 0.750] | - | - | - | - | - |" in lines
