@@ -13,7 +13,7 @@ Swap: seconds from the end of an optimizer step to the new adapter answering (sa
 weight-sync probe + a 1-token reply), per engine.
 
 Run: flock /tmp/art-heavy.lock .venv/bin/python benchmarks/serve.py [--vllm-python .venv-vllm/bin/python]
-Smoke (seconds, the tiny model; the vLLM arm on smollm2-135m when --vllm-python or ART_VLLM_PYTHON is set):
+Smoke (seconds, the tiny model; the vLLM arm on a tiny model vLLM can serve when --vllm-python or ART_VLLM_PYTHON is set):
     .venv/bin/python benchmarks/serve.py --smoke [--out PATH]
 """
 
@@ -184,9 +184,10 @@ async def main() -> None:
                         help="comma-separated subset of embedded,fp32,hf,vllm (ratios need their arms)")
     args = parser.parse_args()
     vllm_base = args.base_model
-    if args.smoke:  # the vLLM arm keeps smollm2-135m, as tests/serve/test_vllm.py does
-        from _smoke import smoke_out, tiny_model
+    if args.smoke:
+        from _smoke import smoke_out, tiny_model, vllm_tiny_model
 
+        vllm_base = vllm_tiny_model()
         args.base_model, args.requests, args.new_tokens, args.sequential = tiny_model(), 4, 4, 2
         args.out = smoke_out(args.out, "serve.json")
     args.out = args.out or Path(__file__).parent / "results" / "serve.json"

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.vllm import vllm_python
+from tests.support.vllm import vllm_python, vllm_tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = ROOT / "benchmarks"
@@ -216,12 +216,15 @@ def test_benchmark_smoke_runs_and_writes_its_figures(name: str, smoke_runs: dict
 @pytest.mark.vllm
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_serve_smoke_vllm_arm_reaches_vllm_with_its_key(tiny_model_path: Path, tmp_path: Path) -> None:
+def test_serve_smoke_vllm_arm_reaches_vllm_with_its_key(tiny_model_path: Path, tmp_path: Path,
+                                                        tmp_path_factory: pytest.TempPathFactory) -> None:
     """The raw vLLM arm talks to vLLM's own port, which answers only the engine's API key (it got 401 before)."""
     out = tmp_path / "serve.json"
-    run = run_smoke("serve", ["--arms", "vllm", "--vllm-python", vllm_python(), "--out", str(out)], out,
-                    smoke_env(tiny_model_path, tmp_path / "home"), timeout=840)  # vLLM starts in minutes on CPU
+    served = vllm_tiny_model(tmp_path_factory)
+    env = {**smoke_env(tiny_model_path, tmp_path / "home"), "ART_SMOKE_VLLM_MODEL": str(served)}
+    run = run_smoke("serve", ["--arms", "vllm", "--vllm-python", vllm_python(), "--out", str(out)], out, env,
+                    timeout=840)
     assert run["proc"].returncode == 0, f"{run['command']}:\n{run['proc'].stderr[-4000:]}"
     doc = json.loads(out.read_text())
     assert doc["raw_vllm_tok_s"] > 0 and doc["raw_vllm_with_logprobs_tok_s"] > 0 and doc["proxy_vllm_tok_s"] > 0
-    assert doc["workload"]["vllm_base_model"] == "smollm2-135m"
+    assert doc["workload"]["vllm_base_model"] == str(served)

@@ -18,7 +18,7 @@ import pytest
 import art_core as art
 from art_train import LocalBackend
 from art_train.service import WeightSyncError
-from tests.support.vllm import vllm_python
+from tests.support.vllm import vllm_python, vllm_tiny_model
 
 PROMPT = [{"role": "user", "content": "Write one sentence about the sea."}]
 
@@ -181,9 +181,9 @@ async def test_a_smaller_probe_still_catches_a_stale_adapter(tiny_model_path: Pa
 @pytest.mark.vllm
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-async def test_vllm_engine_catches_a_stale_adapter(tmp_path: Path) -> None:
+async def test_vllm_engine_catches_a_stale_adapter(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     backend = LocalBackend(path=tmp_path, engine="vllm", vllm_python=vllm_python())
-    model = art.TrainableModel(name="vsync", project="rel", base_model="smollm2-135m",
+    model = art.TrainableModel(name="vsync", project="rel", base_model=str(vllm_tiny_model(tmp_path_factory)),
                                config=art.ModelConfig(max_seq_len=1024))
     try:
         await model.register(backend)

@@ -14,7 +14,7 @@ from safetensors.torch import load_file, save_file
 import art_core as art
 from art_train import LocalBackend
 from art_train.service import WeightSyncError
-from tests.support.vllm import vllm_python
+from tests.support.vllm import vllm_python, vllm_tiny_model
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -26,9 +26,10 @@ TOOLS = [{"type": "function", "function": {
 
 
 @pytest.mark.timeout(600)
-async def test_vllm_engine_serves_trains_swaps_and_restarts(tmp_path: Path) -> None:
+async def test_vllm_engine_serves_trains_swaps_and_restarts(tmp_path: Path,
+                                                            tmp_path_factory: pytest.TempPathFactory) -> None:
     backend = LocalBackend(path=tmp_path, engine="vllm", vllm_python=vllm_python())
-    model = art.TrainableModel(name="vl", project="serve", base_model="smollm2-135m",
+    model = art.TrainableModel(name="vl", project="serve", base_model=str(vllm_tiny_model(tmp_path_factory)),
                                config=art.ModelConfig(max_seq_len=1024))
     try:
         await model.register(backend)  # starts vLLM, loads vl@0, checks weight sync

