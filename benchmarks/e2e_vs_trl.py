@@ -96,12 +96,12 @@ class Clock:
         return step % s["eval_every"] == 0 or step == s["steps"]
 
 
-async def run_art(s: dict[str, Any], seed: int) -> Clock:
+async def run_art(s: dict[str, Any], seed: int, work: Path) -> Clock:
     import art_core as art
     from art_train.demo_tasks import ADDITION
     from art_train.local import LocalBackend
 
-    backend = LocalBackend(path=Path(tempfile.mkdtemp(prefix="e2e-art-")) / ".art")
+    backend = LocalBackend(path=work / ".art")
     model = art.TrainableModel(name=f"e2e-{seed}", project="e2e", base_model=s["base_model"],
                                config=art.ModelConfig(max_seq_len=MAX_SEQ_LEN, seed=seed))
     val = art.PeriodicEval(ADDITION.eval_rollout, ADDITION.splits["test"][:s["held_out"]], every=s["eval_every"],
@@ -143,7 +143,7 @@ def held_out_greedy(model: Any, tok: Any, s: dict[str, Any]) -> float:
     return statistics.fmean(addition_reward(r, q.answer) for r, q in zip(replies, questions, strict=True))
 
 
-def run_trl(s: dict[str, Any], seed: int) -> Clock:
+def run_trl(s: dict[str, Any], seed: int, work: Path) -> Clock:
     from datasets import Dataset
     from peft import LoraConfig
     from transformers import TrainerCallback
@@ -175,7 +175,7 @@ def run_trl(s: dict[str, Any], seed: int) -> Clock:
 
     lora = s["lora"]
     config = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="e2e-trl-"), max_steps=s["steps"], seed=seed, data_seed=seed,
+        output_dir=str(work / "trl"), max_steps=s["steps"], seed=seed, data_seed=seed,
         per_device_train_batch_size=s["groups"] * s["group_size"], gradient_accumulation_steps=1,
         num_generations=s["group_size"], shuffle_dataset=False, max_completion_length=s["max_tokens"],
         temperature=s["temperature"], top_p=1.0, top_k=0,
@@ -197,7 +197,8 @@ def child(arm: str, s: dict[str, Any], seed: int) -> None:
     import asyncio
 
     t0 = time.perf_counter()
-    clock = asyncio.run(run_art(s, seed)) if arm == "art" else run_trl(s, seed)
+    with tempfile.TemporaryDirectory(prefix=f"e2e-{arm}-") as work:
+        clock = asyncio.run(run_art(s, seed, Path(work))) if arm == "art" else run_trl(s, seed, Path(work))
     rss_kb = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
     print("RESULT " + json.dumps({"step_s": clock.step_s, "curve": clock.curve, "wall_s": time.perf_counter() - t0,
                                   "peak_rss_mb": round(rss_kb / 1024)}), flush=True)
