@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results" / "demo.json"
+TARGET_DIFFERENCE = 0.25  # the demo's target: held-out trained - base, on the 0/1 metric
 
 
 def run(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> float:
@@ -115,14 +116,15 @@ def main() -> None:
     doc = {
         "benchmark": "bash scripts/demo.sh on a fresh clone (2 shared CPU cores)" if not args.smoke
                      else "smoke: art demo on the tiny model from this checkout (figures mean nothing)",
-        "target": "trained - base >= +0.25 on the held-out 0/1 metric, difference CI above 0, within 10 minutes",
+        "target": f"trained - base >= +{TARGET_DIFFERENCE} on the held-out 0/1 metric, difference CI above 0, "
+                  "within 10 minutes",
         "runs": ordered,
         "median": {
             "wall_s": statistics.median(r["wall_s"] for r in ordered),
             "difference": statistics.median(r["difference"]["mean"] for r in ordered),
             "peak_rss_mb": statistics.median(r["peak_rss_mb"] for r in ordered),
         },
-        "met": all(r["difference"]["mean"] >= 0.25 and r["difference"]["ci"][0] > 0 and r["wall_s"] <= 600
+        "met": all(r["difference"]["mean"] >= TARGET_DIFFERENCE and r["difference"]["ci"][0] > 0 and r["wall_s"] <= 600
                    for r in ordered),
     }
     out_path.parent.mkdir(parents=True, exist_ok=True)

@@ -54,6 +54,18 @@ def check_demo(doc: dict[str, Any]) -> None:
     assert run["steps"] == 1 and run["trained"]["step"] == 1 and run["peak_rss_mb"] > 0
 
 
+def check_e2e_vs_trl(doc: dict[str, Any]) -> None:
+    _keys(doc, "machine", "settings", "clock", "target", "runs", "median", "speedup", "speedup_note", "command")
+    arms = {"art", "trl"} if importlib.util.find_spec("trl") is not None else {"art"}  # TRL: the dev extras
+    assert set(doc["runs"]) == arms and "flags" in doc["machine"] and "--smoke" in doc["command"]
+    for arm in arms:
+        run = doc["runs"][arm][0]
+        _keys(run, "step_s_median", "curve", "time_to_target_s", "final_held_out", "peak_rss_mb")
+        assert run["steps"] == doc["settings"]["steps"] == 2 and run["step_s_median"] > 0 and run["peak_rss_mb"] > 0
+        assert [p[0] for p in run["curve"]] == [0, 1, 2] and all(0 <= p[2] <= 1 for p in run["curve"])
+        assert run["curve"][0][1] == 0 < run["curve"][1][1] <= run["curve"][2][1]  # the training clock runs on
+
+
 def check_examples_table(doc: dict[str, Any]) -> None:
     _keys(doc, "runs", "rows", "runs_without_rows")
     assert doc["rows"] > doc["runs"] - len(doc["runs_without_rows"]) > 0  # most runs have a table
@@ -146,6 +158,7 @@ SMOKES: dict[str, tuple[list[str], str, Callable[[dict[str, Any]], None]]] = {
     "capture_overhead": ([], "--out", check_capture_overhead),
     "decode_bandwidth": ([], "--out", check_decode_bandwidth),
     "demo": ([], "--out", check_demo),
+    "e2e_vs_trl": ([], "--out", check_e2e_vs_trl),
     "examples_table": ([], "--out", check_examples_table),
     "mcp_pool": ([], "--out", check_mcp_pool),
     "models": ([], "--output", check_models),
