@@ -25,6 +25,9 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 LITELLM_LOCAL_MODEL_COST_MAP=True
 # in parallel, one worker per core (at least 2): tests/conftest.py groups the tests that share a fixture
 workers=$(nproc 2>/dev/null || echo 2); [ "$workers" -ge 2 ] || workers=2
 PARALLEL=(-n "${ART_TEST_WORKERS:-$workers}" --dist loadgroup --no-loadscope-reorder)
+# one torch thread per process: the workers (and the servers they start) already fill the cores, and
+# oversubscribed OpenMP threads wait on each other (tests/serve + tests/reliability: 256 s -> 233 s)
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 PYTEST=(.venv/bin/python -m pytest -q -p no:cacheprovider --timeout=900 --durations=20 "${PARALLEL[@]}")
 
 if [ "${1:-}" = "--quick" ]; then
