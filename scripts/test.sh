@@ -2,7 +2,7 @@
 # Sets up everything the tests need (.venv, and .venv-vllm for the `vllm` tests), then runs them.
 #   --quick  the inner loop, before each commit: .venv only (no model weights, Chromium, vLLM or mcp 1.x)
 #            and the tests not marked `slow`, `vllm` or `heavy` (~650 tests, a few of every package;
-#            3.3 min of pytest, 4.5 min in all, on a heavily loaded 2-core machine).
+#            85 s of pytest, 97 s in all, on an otherwise idle 2-core machine).
 #            `heavy`: a test that uses the tiny model or a real server (the fixtures in tests/conftest.py's
 #            HEAVY_FIXTURES), or one marked so for taking seconds; the full run still runs them all.
 #            Extra arguments go to pytest
