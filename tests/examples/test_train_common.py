@@ -29,9 +29,19 @@ def test_training_seeds_stay_below_the_held_out_splits(name, seed):
         assert max(used | rl) < min(train_common.SPLITS.values()), config
 
 
-def test_the_results_table_shows_every_stage_and_difference(tmp_path):
+def table_lines(tmp_path, results: dict) -> list[str]:
+    """What benchmarks/examples_table.py prints for an examples.json holding `results`."""
     from benchmarks.examples_table import main
 
+    path = tmp_path / "examples.json"
+    path.write_text(json.dumps(results))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        main(["--results", str(path)])
+    return out.getvalue().splitlines()
+
+
+def test_the_results_table_shows_every_stage_and_difference(tmp_path):
     cell = {"mean": 0.5, "ci": [0.25, 0.75]}
     row = {"base": cell, "sft": cell, "sft_rl": {"mean": 0.75, "ci": [0.5, 1.0]},
            "sft_rl_minus_base": {"diff": 0.25, "ci": [0.0, 0.5], "p_value": 0.1}}  # fmt: skip
@@ -39,12 +49,7 @@ def test_the_results_table_shows_every_stage_and_difference(tmp_path):
     stages = {"base": {"accuracy": 0.5, "ci": [0.25, 0.75]}, "sft": {"accuracy": 0.5, "ci": [0.25, 0.75]}}
     entry = {"model": "m", "wall_s": 90.0, "peak_rss_mb": 2048, "vs_random": {"score": row}, "accuracy": row,
              "stages": stages}  # fmt: skip
-    results = tmp_path / "examples.json"
-    results.write_text(json.dumps({"game": {"cpu-seed0": entry}}))
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        main(["--results", str(results)])
-    lines = out.getvalue().splitlines()
+    lines = table_lines(tmp_path, {"game": {"cpu-seed0": entry}})
     assert lines[0] == "### game cpu-seed0 (m, wall 1.5 min, peak RSS 2.0 GB)"
     assert "| accuracy | 0.500 [0.250, 0.750] | 0.500 [0.250, 0.750] | 0.750 [0.500, 1.000] | +0.250 [+0.000, +0.500] | - |" in lines
     assert any(line.startswith("| vs_random score | ") for line in lines)
@@ -53,16 +58,10 @@ def test_the_results_table_shows_every_stage_and_difference(tmp_path):
 
 def test_the_results_table_shows_a_run_without_a_base_stage(tmp_path):
     """A run started from another's SFT checkpoint (ART-E's --init-from) records no base: its row shows "-"."""
-    from benchmarks.examples_table import main
-
     row = {"sft": {"mean": 0.25, "ci": [0.1, 0.4]}, "sft_rl": {"mean": 0.5, "ci": [0.3, 0.6]},
            "sft_rl_minus_sft": {"diff": 0.25, "ci": [0.05, 0.4], "p_value": 0.04}}  # fmt: skip
-    results = tmp_path / "examples.json"
-    results.write_text(json.dumps({"art_e": {"cpu-seed0-init": {"model": "m", "accuracy": row}}}))
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        main(["--results", str(results)])
-    assert "| accuracy | - | 0.250 [0.100, 0.400] | 0.500 [0.300, 0.600] | - | +0.250 [+0.050, +0.400] |" in out.getvalue().splitlines()
+    lines = table_lines(tmp_path, {"art_e": {"cpu-seed0-init": {"model": "m", "accuracy": row}}})
+    assert "| accuracy | - | 0.250 [0.100, 0.400] | 0.500 [0.300, 0.600] | - | +0.250 [+0.050, +0.400] |" in lines
 
 
 @pytest.mark.parametrize("name", GAMES)
@@ -151,19 +150,12 @@ def test_recorded_baselines_cover_every_table_and_metric_of_their_run(name):
 
 
 def test_the_results_table_shows_the_baselines(tmp_path):
-    from benchmarks.examples_table import main
-
     cell = {"mean": 0.5, "ci": [0.25, 0.75]}
     base = {"random_legal": cell, "teacher": {"mean": 1.0, "ci": [1.0, 1.0]},
             "sft_rl_minus_random_legal": {"diff": 0.0, "ci": [-0.5, 0.5], "method": "interval ends"}}
     entry = {"model": "m", "metrics": {"score": {"sft_rl": cell}, "moves": {"sft_rl": cell}},
              "baselines": {"games": 4, "seeds": "1..4", "players": {}, "metrics": {"score": base}, "headline": {}}}
-    results = tmp_path / "examples.json"
-    results.write_text(json.dumps({"game": {"cpu-seed0": entry}}))
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        main(["--results", str(results)])
-    lines = out.getvalue().splitlines()
+    lines = table_lines(tmp_path, {"game": {"cpu-seed0": entry}})
     assert lines[2].endswith("| SFT+RL - SFT | random legal | teacher | SFT+RL - random legal |")
     assert lines[3].count("|---") == 9
     assert ("| metrics score | - | - | 0.500 [0.250, 0.750] | - | - | 0.500 [0.250, 0.750] | 1.000 [1.000, 1.000] "
