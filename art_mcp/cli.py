@@ -161,6 +161,13 @@ def build_parser() -> argparse.ArgumentParser:
     verified.add_argument("--walk-length", type=int, default=6, help="successful calls per gold walk (default 6)")
     verified.add_argument("--sft-epochs", type=int, default=SFT_EPOCHS,
                           help=f"epochs of SFT on the training tasks' gold runs before RL; 0 skips (default {SFT_EPOCHS})")
+    verified.add_argument("--tools", type=lambda v: [t for t in v.split(",") if t],
+                          help="comma-separated tools whose calls become tasks (default: every tool); leave out "
+                               "one that reads a clock or draws random numbers")  # fmt: skip
+    verified.add_argument("--val-seed", type=int,
+                          help="draw the held-out tasks from gold walks of this seed, apart from the training "
+                               "tasks' (--seed); a held-out task equal to a training one is dropped. "
+                               "Default: --val-fraction of one draw")  # fmt: skip
     verified.add_argument("--sft-learning-rate", type=float, default=5e-4)
     verified.add_argument("--sft-batch-size", type=int, default=4)
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -171,6 +178,14 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
     """Reject option combinations that cannot work (argparse's exit 2) and fill the 'self' reply caps."""
     if args.judge and not (args.generator or args.tasks):
         parser.error("--judge (RULER) needs tasks: pass --generator MODEL or --tasks FILE.jsonl")
+    for opt in ("tools", "val_seed"):
+        if getattr(args, opt) is not None and (args.judge or args.tasks):
+            parser.error(f"--{opt.replace('_', '-')} is for verified tasks sampled from the server; "
+                         "it does not apply with --judge or --tasks")  # fmt: skip
+    if args.val_seed is not None and args.val_seed == args.seed:
+        parser.error(f"--val-seed {args.val_seed} equals --seed: held-out walks need a seed of their own")
+    if args.val_seed is not None and not 0 < args.val_fraction < 1:
+        parser.error(f"--val-fraction must be between 0 and 1, got {args.val_fraction}")
     for role in ("generator", "judge"):
         cap = getattr(args, f"{role}_max_tokens")
         if cap is not None and cap < 1:

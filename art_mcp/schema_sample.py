@@ -5,8 +5,10 @@ Where a value comes from, in order of preference for each property:
 1. the schema's own `const`, `enum`, `examples` and `default`;
 2. values seen in earlier tool results under a matching key (`ValuePool`): a `note_id` argument
    takes ids the server handed out before, so a call can refer to something that exists;
-3. hints in the tool's description: quoted examples (``"(3 + 4) * 2"``, with fresh numbers) and
-   parenthesised word lists (``(m km cm mm)``), for a string the schema says nothing more about;
+3. hints in the tool's description, for a string the schema says nothing more about: a format
+   written as a placeholder (``HH:MM``, ``YYYY-MM-DD``) filled with a random value, quoted examples
+   (``"(3 + 4) * 2"`` with fresh numbers, ``'Europe/London'``) and parenthesised word lists
+   (``(m km cm mm)``);
 4. the type's own range: `minimum`/`maximum` (exclusive too) and `multipleOf` for numbers,
    `minLength`/`maxLength` and `format` (date, date-time, email, uri, uuid...) for strings,
    `minItems`/`maxItems` for arrays, `required` and optional properties for objects.
@@ -33,6 +35,9 @@ WORDS = (
 NOUNS = "report meeting budget invoice draft plan recipe ticket order note".split()
 MAX_DEPTH = 6  # nested objects and arrays deeper than this get their smallest value
 _QUOTED = re.compile(r"[\"“]([^\"”]{1,80})[\"”]")
+_SINGLE_QUOTED = re.compile(r"(?<![A-Za-z0-9])'([^'\n]{1,80})'(?![A-Za-z0-9])")  # not an apostrophe
+_TOKEN = r"(?:YYYY|YY|MM|DD|HH|hh|mm|SS|ss)"
+_PLACEHOLDER = re.compile(rf"(?<![A-Za-z]){_TOKEN}(?:[-:/. T]{_TOKEN})+(?![A-Za-z])")
 _PAREN_LIST = re.compile(r"\(([A-Za-z0-9_\- ]+)\)")
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
@@ -83,12 +88,29 @@ def description_hints(description: str | None) -> list[str]:
     """String candidates a tool or property description offers: quoted examples and (word lists)."""
     if not description:
         return []
-    hints = [q.strip() for q in _QUOTED.findall(description) if q.strip()]
+    quoted = _QUOTED.findall(description) + _SINGLE_QUOTED.findall(description)
+    hints = [q.strip() for q in quoted if q.strip()]
     for group in _PAREN_LIST.findall(description):
         words = group.split()
         if len(words) >= 2:  # "(m km cm)" is a list; "(optional)" is not
             hints += words
     return hints
+
+
+def fill_placeholder(placeholder: str, rng: random.Random) -> str:
+    """A random value in a written format: ``HH:MM`` -> ``07:42``, ``YYYY-MM-DD`` -> ``2024-03-18``."""
+    out, previous = [], ""
+    for part in re.split(rf"({_TOKEN})", placeholder):
+        if part in ("HH", "hh"):
+            part = f"{rng.randint(0, 23) if part == 'HH' else rng.randint(1, 12):02d}"
+            previous = "hour"
+        elif part in ("mm", "SS", "ss") or (part == "MM" and previous == "hour"):
+            part = f"{rng.randint(0, 59):02d}"
+        elif part:
+            part = {"YYYY": str(rng.randint(2020, 2026)), "YY": f"{rng.randint(20, 26)}",
+                    "MM": f"{rng.randint(1, 12):02d}", "DD": f"{rng.randint(1, 28):02d}"}.get(part, part)  # fmt: skip
+        out.append(part)
+    return "".join(out)
 
 
 def _fresh_numbers(text: str, rng: random.Random) -> str:
@@ -257,6 +279,8 @@ class Sampler:
         fmt = schema.get("format")
         if fmt:
             return self._formatted(fmt)
+        if placeholders := _PLACEHOLDER.findall(schema.get("description") or ""):
+            return fill_placeholder(self.rng.choice(placeholders), self.rng)
         hints = description_hints(schema.get("description")) or self.hints
         if hints and self.rng.random() < 0.9:
             return _fresh_numbers(self.rng.choice(hints), self.rng)
@@ -314,4 +338,4 @@ def sample_arguments(schema: dict[str, Any], *, description: str | None = None, 
     return Sampler(schema, description=description, rng=rng).arguments(pool)
 
 
-__all__ = ["SchemaError", "Sampler", "ValuePool", "description_hints", "sample_arguments"]
+__all__ = ["SchemaError", "Sampler", "ValuePool", "description_hints", "fill_placeholder", "sample_arguments"]

@@ -32,7 +32,7 @@ import logging
 import math
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -151,10 +151,25 @@ class Step:
     state: dict[str, Any] = field(default_factory=dict)  # after this call
 
 
-async def _explore(session: McpSession, plan: StatePlan, rng: random.Random, length: int) -> list[Step]:
+def _walk_tools(tools: Sequence[mcp_types.Tool], only: Collection[str] | None) -> list[mcp_types.Tool]:
+    """The tools a walk samples calls of: all but `complete_task`, or the ones `only` names."""
+    usable = [t for t in tools if t.name != COMPLETE_TASK]
+    if only is None:
+        return usable
+    names = {t.name for t in usable}
+    if unknown := sorted(set(only) - names):
+        raise ValueError(
+            f"the server has no tool named {', '.join(map(repr, unknown))}; its tools: {', '.join(sorted(names))}"
+        )
+    return [t for t in usable if t.name in only]
+
+
+async def _explore(
+    session: McpSession, plan: StatePlan, rng: random.Random, length: int, only: Collection[str] | None = None
+) -> list[Step]:
     """A random walk of `length` sampled calls; values each result shows feed later arguments."""
     pool = ValuePool()
-    tools = [t for t in session.tools if t.name != COMPLETE_TASK]
+    tools = _walk_tools(session.tools, only)
     before = await read_state(session, plan)
     pool.add(before)
     steps: list[Step] = []
@@ -210,23 +225,26 @@ def _short(value: Any, n: int = 120) -> str:
 
 
 async def gold_walk(
-    server: ServerSpec, rng: random.Random, length: int, *, timeout: float = 30.0
-) -> tuple[list[Step], list[mcp_types.Tool]]:
+    server: ServerSpec, rng: random.Random, length: int, *, timeout: float = 30.0,
+    tools: Collection[str] | None = None,
+) -> tuple[list[Step], list[mcp_types.Tool]]:  # fmt: skip
     """One random walk in a fresh server, replayed in a second one; `NonDeterministicServer` if they
-    disagree. Returns the walk's steps and the server's tools."""
+    disagree. `tools` limits the sampled calls to those tools (the state is read with every read
+    tool). Returns the walk's steps and the server's tools."""
     async with connect(server, timeout=timeout) as session:
-        tools = session.tools
-        plan = StatePlan.of(tools)
-        steps = await _explore(session, plan, rng, length)
+        server_tools = session.tools
+        plan = StatePlan.of(server_tools)
+        steps = await _explore(session, plan, rng, length, tools)
     async with connect(server, timeout=timeout) as session:
         again = await _replay(session, plan, [s.call for s in steps])
     if (why := _disagreement(steps, again)) is not None:
         raise NonDeterministicServer(
             f"the MCP server {session.label} is not deterministic: {why}. Verified tasks need a server "
             "whose fresh copies answer the same calls the same way (no clocks, random ids or outside "
-            "data); score this server with a judge instead (art autorl --judge MODEL)"
+            "data); leave the tool that differs out (art autorl --tools NAME,...) or score this server "
+            "with a judge instead (art autorl --judge MODEL)"
         )
-    return steps, tools
+    return steps, server_tools
 
 
 # --- tasks -----------------------------------------------------------------------------------------
@@ -298,11 +316,13 @@ async def generate_verified_tasks(
     walk_length: int = 6,
     max_walks: int | None = None,
     timeout: float = 30.0,
+    tools: Collection[str] | None = None,
 ) -> list[VerifiedTask]:
     """`n` verified tasks from random walks through fresh copies of `server` (see the module docstring).
 
     Each walk starts two server processes (the gold run and its replay). Tasks repeating an earlier
-    one (the same setup and call) are dropped. Raises `NonDeterministicServer` when a replay
+    one (the same setup and call) are dropped. `tools` names the only tools whose calls are sampled
+    (leave out one that reads a clock, say); `ValueError` names the server's tools if one is unknown. Raises `NonDeterministicServer` when a replay
     disagrees, and `ValueError` when no sampled call succeeds.
 
     Example:
@@ -318,13 +338,13 @@ async def generate_verified_tasks(
     for _ in range(max_walks):
         if len(kept) >= n:
             break
-        steps, tools = await gold_walk(
-            server, random.Random(rng.getrandbits(64)), walk_length, timeout=timeout
+        steps, server_tools = await gold_walk(
+            server, random.Random(rng.getrandbits(64)), walk_length, timeout=timeout, tools=tools
         )
-        descriptions = {t.name: t.description for t in tools}
+        descriptions = {t.name: t.description for t in server_tools}
         calls += len(steps)
         errors += sum(s.is_error for s in steps)
-        for task in tasks_from_walk(steps, descriptions, bool(StatePlan.of(tools))):
+        for task in tasks_from_walk(steps, descriptions, bool(StatePlan.of(server_tools))):
             if task.id not in kept and len(kept) < n:
                 kept[task.id] = task
     logger.info("verified tasks: %d kept from %d sampled calls (%d errors)", len(kept), calls, errors)

@@ -1,7 +1,8 @@
 """`art autorl` without a judge: verified tasks, SFT on their gold runs, GRPO on checked rewards.
 
 Tasks come from the server's tool schemas alone (`verified.generate_verified_tasks`) and are
-split into training and held-out tasks. The held-out tasks are answered greedily and scored
+split into training and held-out tasks (or, with ``--val-seed``, the held-out tasks come from gold
+walks of their own seed, and any that equals a training task is dropped). The held-out tasks are answered greedily and scored
 against their gold runs after each stage: base (the untrained model), SFT (one `train_sft` on the
 training tasks' gold runs, skipped with ``--sft-epochs 0``), and SFT+RL (``--steps`` GRPO steps on
 the training tasks, each rollout scored against its task's gold run). Each stage gets a 95%
@@ -57,15 +58,37 @@ logger = logging.getLogger(__name__)
 SFT_EPOCHS = 2  # --sft-epochs default without a judge
 
 
-async def _tasks(args: argparse.Namespace, spec: ServerSpec, base: Model | None) -> list[VerifiedTask]:
+async def _split(
+    args: argparse.Namespace, spec: ServerSpec, base: Model | None
+) -> tuple[list[VerifiedTask], list[VerifiedTask]]:
+    """Training and held-out tasks: one draw split by --val-fraction, or with --val-seed two draws."""
+    if args.tasks or getattr(args, "val_seed", None) is None:
+        tasks = await _tasks(args, spec, base, args.num_tasks, args.seed)
+        return split_tasks(tasks, val_fraction=args.val_fraction, seed=args.seed)
+    n_val = max(1, round(args.num_tasks * args.val_fraction))
+    train = await _tasks(args, spec, base, args.num_tasks - n_val, args.seed)
+    seen = {t.id for t in train}
+    drawn = await _tasks(args, spec, base, 2 * n_val, args.val_seed)  # room for the ones dropped
+    val = [t for t in drawn if t.id not in seen][:n_val]
+    console.print(f"  held-out: {len(val)} tasks of seed {args.val_seed} "
+                  f"({sum(t.id in seen for t in drawn)} equal to a training task dropped)")  # fmt: skip
+    if not val:
+        raise ValueError(f"every held-out task of seed {args.val_seed} is also a training task; ask for more tasks")
+    return train, val
+
+
+async def _tasks(
+    args: argparse.Namespace, spec: ServerSpec, base: Model | None, n: int, seed: int
+) -> list[VerifiedTask]:
     if args.tasks:
         tasks = load_verified_tasks(args.tasks)
         console.print(f"[bold]tasks[/bold]: loaded {len(tasks)} verified tasks from {args.tasks}")
         return tasks
     console.print(
-        f"[bold]tasks[/bold]: sampling {args.num_tasks} verified tasks from the tool schemas (gold runs)"
+        f"[bold]tasks[/bold]: sampling {n} verified tasks from the tool schemas (gold runs, seed {seed})"
     )
-    tasks = await generate_verified_tasks(spec, args.num_tasks, seed=args.seed, walk_length=args.walk_length)
+    tasks = await generate_verified_tasks(spec, n, seed=seed, walk_length=args.walk_length,
+                                          tools=getattr(args, "tools", None))  # fmt: skip
     kinds = {k: sum(t.kind == k for t in tasks) for k in ("answer", "state")}
     console.print(f"  {len(tasks)} tasks: {kinds['answer']} checked by answer, {kinds['state']} by state")
     if args.generator:
@@ -112,8 +135,8 @@ async def run(
     try:
         if base is not None:
             await base.register(backend)
-        tasks = await _tasks(args, spec, base)
-        train, val = split_tasks(tasks, val_fraction=args.val_fraction, seed=args.seed)
+        train, val = await _split(args, spec, base)
+        tasks = train + val
         save_tasks(out / "tasks.train.jsonl", train)
         save_tasks(out / "tasks.val.jsonl", val)
         console.print(f"  {len(train)} training and {len(val)} held-out tasks written to {out}")

@@ -56,3 +56,34 @@ def test_autorl_refuses_a_non_deterministic_server_without_a_judge(tmp_path, cap
     assert rc == 1
     err = " ".join(capsys.readouterr().err.split())
     assert "NonDeterministicServer" in err and "is not deterministic" in err
+
+
+async def test_held_out_tasks_of_their_own_seed_are_never_training_tasks():
+    from argparse import Namespace
+
+    from art_mcp import bundled_server
+    from art_mcp.verified_run import _split
+
+    args = Namespace(tasks=None, num_tasks=8, val_fraction=0.5, seed=0, val_seed=None, walk_length=4,
+                     tools=["calculate"], generator=None)  # fmt: skip
+    calculator = bundled_server("calculator")
+    one_draw = await _split(args, calculator, None)
+    args.val_seed = 5
+    train, val = await _split(args, calculator, None)
+    assert [len(x) for x in one_draw] == [len(train), len(val)] == [4, 4]
+    assert not {t.id for t in train} & {t.id for t in val}
+    assert {t.call.name for t in train + val} == {"calculate"}
+    assert {t.id for t in val} != {t.id for t in one_draw[1]}  # another seed's walks
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [(["--val-seed", "0"], "--val-seed 0 equals --seed"),
+     (["--judge", "openai/j", "--tasks", "t.jsonl", "--tools", "a"], "--tools is for verified tasks"),
+     (["--val-seed", "3", "--val-fraction", "1"], "--val-fraction must be between 0 and 1")],
+)  # fmt: skip
+def test_autorl_verified_options_are_checked(tmp_path, capsys, extra, message):
+    with pytest.raises(SystemExit) as exit_:
+        autorl_main(["--mcp", "bundled:notes", "--base-model", "x", "--output", str(tmp_path), *extra])
+    assert exit_.value.code == 2
+    assert message in " ".join(capsys.readouterr().err.split())

@@ -104,3 +104,21 @@ def test_unsampleable_schemas_raise_a_clear_error():
         )  # fmt: skip
     with pytest.raises(SchemaError, match="not an object schema"):
         sample_arguments({"type": "string"})
+
+
+def test_single_quoted_examples_and_written_formats_give_strings():
+    zone = "IANA timezone name (e.g., 'America/New_York', 'Europe/London'). Use 'UTC' if the user's zone is unknown."
+    assert description_hints(zone) == ["America/New_York", "Europe/London", "UTC"]  # not the apostrophe
+    schema = {"type": "object", "required": ["zone", "time", "day", "stamp"], "properties": {
+        "zone": {"type": "string", "description": zone},
+        "time": {"type": "string", "description": "Time to convert in 24-hour format (HH:MM)"},
+        "day": {"type": "string", "description": "The day, as YYYY-MM-DD."},
+        "stamp": {"type": "string", "description": "When: YYYY-MM-DDTHH:MM:SS"}}}  # fmt: skip
+    rng = random.Random(0)
+    for _ in range(30):
+        args = Sampler(schema, rng=rng).arguments()
+        assert re.fullmatch(r"([01]\d|2[0-3]):[0-5]\d", args["time"]), args
+        assert re.fullmatch(r"20\d\d-(0[1-9]|1[0-2])-(0[1-9]|1\d|2[0-8])", args["day"]), args
+        assert re.fullmatch(r"20\d\d-\d\d-\d\dT([01]\d|2[0-3]):[0-5]\d:[0-5]\d", args["stamp"]), args
+    zones = {Sampler(schema, rng=rng).arguments()["zone"] for _ in range(40)}
+    assert {"America/New_York", "Europe/London", "UTC"} & zones and "s zone is unknown." not in zones

@@ -133,6 +133,14 @@ async def test_a_non_deterministic_server_is_refused(only):
         assert "list_items read" in message
 
 
+async def test_only_the_tools_named_are_sampled():
+    server = art_mcp.bundled_server("calculator")
+    tasks = await art_mcp.generate_verified_tasks(server, 4, seed=1, walk_length=4, tools=["convert_units"])
+    assert len(tasks) == 4 and {t.call.name for t in tasks} == {"convert_units"}
+    with pytest.raises(ValueError, match="no tool named 'clock'; its tools: calculate, convert_units"):
+        await art_mcp.generate_verified_tasks(server, 2, seed=1, tools=["calculate", "clock"])
+
+
 def test_gold_runs_make_sft_traces(calculator_tasks):
     task = calculator_tasks[0]
     traj = art_mcp.gold_trajectory(task, [{"type": "function", "function": {"name": task.call.name}}])
