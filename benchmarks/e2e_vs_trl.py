@@ -85,8 +85,10 @@ class Clock:
         self.mark = time.perf_counter()
 
     def lap(self) -> None:
-        self.step_s.append(time.perf_counter() - self.mark)
+        now = time.perf_counter()
+        self.step_s.append(now - self.mark)
         self.train_s += self.step_s[-1]
+        self.mark = now
 
     def point(self, step: int, held_out: float) -> None:
         self.curve.append([step, round(self.train_s, 2), held_out])

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -241,3 +242,21 @@ def test_serve_smoke_vllm_arm_reaches_vllm_with_its_key(tiny_model_path: Path, t
     doc = json.loads(out.read_text())
     assert doc["raw_vllm_tok_s"] > 0 and doc["raw_vllm_with_logprobs_tok_s"] > 0 and doc["proxy_vllm_tok_s"] > 0
     assert doc["workload"]["vllm_base_model"] == str(served)
+
+
+def test_e2e_clock_counts_each_step_once(monkeypatch):
+    """Steps between held-out points are each counted once, and evaluation stays off the clock."""
+    spec = importlib.util.spec_from_file_location("e2e_vs_trl", BENCHMARKS / "e2e_vs_trl.py")
+    assert spec and spec.loader
+    e2e = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(e2e)
+    now = iter([0.0, 10.0, 13.0, 100.0, 104.0, 105.0])  # start, eval, step 1, step 2, eval, step 3
+    monkeypatch.setattr(e2e, "time", SimpleNamespace(perf_counter=lambda: next(now)))
+    clock = e2e.Clock()
+    clock.point(0, 0.1)  # held-out at step 0 took 10 s
+    clock.lap()
+    clock.lap()
+    clock.point(2, 0.2)  # this evaluation took 4 s
+    clock.lap()
+    assert clock.step_s == [3.0, 87.0, 1.0] and clock.train_s == 91.0
+    assert clock.curve == [[0, 0.0, 0.1], [2, 90.0, 0.2]]
