@@ -82,6 +82,7 @@ class Clock:
 
     def __init__(self) -> None:
         self.train_s, self.step_s, self.curve = 0.0, [], []
+        self.phases: list[dict[str, float]] = []  # ART: each step's rollouts, train call and its own timings
         self.mark = time.perf_counter()
 
     def lap(self) -> None:
@@ -113,11 +114,16 @@ async def run_art(s: dict[str, Any], seed: int, work: Path) -> Clock:
         clock = Clock()
         clock.point(0, (await val(model)).mean)  # type: ignore[union-attr]
         for step, batch in enumerate(batches(s, seed), start=1):
+            t0 = time.perf_counter()
             groups = await art.gather_trajectory_groups(
                 (art.TrajectoryGroup(ADDITION.rollout(model, q, s["temperature"]) for _ in range(s["group_size"]))
                  for q in batch), show_progress=False)
+            t1 = time.perf_counter()
             result = await model.train(groups, config=art.TrainConfig(learning_rate=s["learning_rate"]))
             clock.lap()
+            clock.phases.append({"rollouts_s": round(t1 - t0, 3), "train_call_s": round(time.perf_counter() - t1, 3),
+                                 **{k.removeprefix("time/"): round(v, 3) for k, v in result.metrics.items()
+                                    if k.startswith("time/")}})
             if clock.due(step, s):
                 clock.point(step, (await val(model, result, force=True)).mean)  # type: ignore[union-attr]
     finally:
@@ -203,6 +209,7 @@ def child(arm: str, s: dict[str, Any], seed: int) -> None:
         clock = asyncio.run(run_art(s, seed, Path(work))) if arm == "art" else run_trl(s, seed, Path(work))
     rss_kb = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
     print("RESULT " + json.dumps({"step_s": clock.step_s, "curve": clock.curve, "wall_s": time.perf_counter() - t0,
+                                  "phases": clock.phases,
                                   "peak_rss_mb": round(rss_kb / 1024)}), flush=True)
 
 
@@ -215,7 +222,9 @@ def summarize(raw: dict[str, Any], s: dict[str, Any], seed: int) -> dict[str, An
             "step_s": [round(x, 3) for x in raw["step_s"]], "curve": curve, "base_held_out": base,
             "final_held_out": curve[-1][2], "train_wall_s": curve[-1][1],
             "time_to_target_s": reached[1] if reached else None, "step_to_target": reached[0] if reached else None,
-            "peak_rss_mb": raw["peak_rss_mb"], "process_wall_s": round(raw["wall_s"], 1)}
+            "peak_rss_mb": raw["peak_rss_mb"], "process_wall_s": round(raw["wall_s"], 1),
+            **({"phases_median": {k: statistics.median(p[k] for p in raw["phases"] if k in p)
+                                  for k in raw["phases"][0]}} if raw.get("phases") else {})}
 
 
 def speedup(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:

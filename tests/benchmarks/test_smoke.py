@@ -65,6 +65,8 @@ def check_e2e_vs_trl(doc: dict[str, Any]) -> None:
         assert run["steps"] == doc["settings"]["steps"] == 2 and run["step_s_median"] > 0 and run["peak_rss_mb"] > 0
         assert [p[0] for p in run["curve"]] == [0, 1, 2] and all(0 <= p[2] <= 1 for p in run["curve"])
         assert run["curve"][0][1] == 0 < run["curve"][1][1] <= run["curve"][2][1]  # the training clock runs on
+    phases = doc["runs"]["art"][0]["phases_median"]  # where ART's step goes: rollouts, then the train call
+    assert phases["rollouts_s"] > 0 and phases["train_call_s"] >= phases["forward_backward_s"] > 0
 
 
 def check_examples_table(doc: dict[str, Any]) -> None:
