@@ -39,18 +39,22 @@ import train_common as common  # noqa: E402
 SERVERS_DIR = Path(os.environ.get("ART_AUTORL_SERVERS", HERE / ".servers"))
 SERVERS: dict[str, dict[str, Any]] = {
     "time": {"package": "mcp-server-time==2026.10.19 (PyPI)", "tools": "convert_time", "max_seq_len": 1024,
+             "isolation": "shared",  # convert_time keeps no state: one server process serves every rollout
              "command": "{dir}/venv/bin/mcp-server-time --local-timezone UTC"},
     "memory": {"package": "@modelcontextprotocol/server-memory@2026.8.31 (npm)", "tools": None, "max_seq_len": 2048,
+               "isolation": "per_rollout",
                "command": "env MEMORY_FILE_PATH={{rollout_dir}}/memory.jsonl "
                           "{dir}/node/node_modules/.bin/mcp-server-memory"},
 }  # fmt: skip
 CONFIGS: dict[str, dict[str, Any]] = {
     # examples/mcp_rl's cpu settings, fixed before the first measured run; never tuned on the test split
     "cpu": dict(base_model="smollm2-135m", train_tasks=40, eval_tasks=24, sft_epochs=2, sft_batch=4, sft_lr=5e-4,
-                rl_steps=3, tasks_per_step=4, group_size=4, rl_lr=2e-5, max_turns=3, max_tokens=192),
+                rl_steps=3, tasks_per_step=4, group_size=4, rl_lr=2e-5, max_turns=3, max_tokens=192, concurrency=8,
+                max_processes=4),
     # a random tiny model: checks the whole pipeline, learns nothing
     "tiny": dict(base_model="tiny", train_tasks=4, eval_tasks=2, sft_epochs=1, sft_batch=2, sft_lr=1e-3,
-                 rl_steps=1, tasks_per_step=2, group_size=2, rl_lr=2e-5, max_turns=2, max_tokens=12),
+                 rl_steps=1, tasks_per_step=2, group_size=2, rl_lr=2e-5, max_turns=2, max_tokens=12, concurrency=8,
+                 max_processes=4),
 }  # fmt: skip
 
 
@@ -77,6 +81,8 @@ def autorl_argv(server: str, cfg: dict[str, Any], args: argparse.Namespace, out:
         "--tasks-per-step", str(cfg["tasks_per_step"]), "--group-size", str(cfg["group_size"]),
         "--learning-rate", str(cfg["rl_lr"]), "--max-turns", str(cfg["max_turns"]),
         "--max-tokens", str(cfg["max_tokens"]), "--max-seq-len", str(spec["max_seq_len"]),
+        "--concurrency", str(cfg["concurrency"]), "--max-processes", str(cfg["max_processes"]),
+        "--isolation", spec["isolation"],
         "--project", "autorl-examples", "--name", f"{server}-{args.config}-s{args.seed}", "--output", str(out),
     ]  # fmt: skip
     return argv + (["--tools", spec["tools"]] if spec["tools"] else [])
@@ -90,11 +96,19 @@ def entry(server: str, cfg: dict[str, Any], args: argparse.Namespace, report: di
         b, a = name.split(" - ")
         reward[f"{b}_minus_{a}"] = {"diff": d["diff"], "ci": d["ci"], "p_value": d.get("p_value")}
     return {"example": f"autorl_{server}", "server": SERVERS[server]["package"], "model": cfg["base_model"],
-            "config": args.config, "settings": cfg, "seed": args.seed, "split": args.split,
+            "config": args.config + (f"[{','.join(args.set)}]" if args.set else ""), "settings": cfg,
+            "seed": args.seed, "split": args.split,
             "verified_reward": reward, "tasks": report["tasks"], "sft": report["sft"], "curve": report["history"],
             "steps": {"sft": 1 if report["sft"] else 0, "rl": cfg["rl_steps"]}, "wall_s": round(wall, 1),
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
             "command": "art autorl " + " ".join(argv)}  # fmt: skip
+
+
+def _setting(text: str, config: dict[str, Any]) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or key not in config:
+        sys.exit(f"--set {text!r}: give KEY=VALUE with a KEY of the config: {', '.join(sorted(config))}")
+    return key, type(config[key])(value)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -106,10 +120,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                    help="held-out tasks from the test walks, or the dev walks used for choosing settings")
     p.add_argument("--output", help="run folder (default: a temporary one)")
     p.add_argument("--record", help="add the run's figures to this JSON file (benchmarks/results/examples.json)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one setting of --config (e.g. --set sft_epochs=1), for dev-split runs")
     args = p.parse_args(argv)
     from art_train.cli import autorl
 
-    cfg = CONFIGS[args.config]
+    cfg = {**CONFIGS[args.config], **dict(_setting(kv, CONFIGS[args.config]) for kv in args.set)}
     out = Path(args.output or tempfile.mkdtemp(prefix=f"autorl-{args.server}-"))
     run_argv = autorl_argv(args.server, cfg, args, out)
     t0 = time.time()
