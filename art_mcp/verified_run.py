@@ -5,9 +5,9 @@ split into training and held-out tasks (or, with ``--val-seed``, the held-out ta
 walks of their own seed, and any that equals a training task is dropped). The held-out tasks are
 answered greedily and scored against their gold runs after each stage: base (the untrained model),
 SFT (one `train_sft` on the training tasks' gold runs, skipped with ``--sft-epochs 0``), and SFT+RL
-(``--steps`` GRPO steps on the training tasks, each rollout scored against its task's gold run). Each stage gets a 95%
-interval (`art_core.evaluate`), each pair of stages a paired difference with its interval
-(`art_core.compare`); ``report.json`` holds them all.
+(``--steps`` GRPO steps on the training tasks, each rollout scored against its task's gold run).
+Each stage gets a 95% interval (`art_core.evaluate`), each pair of stages a paired difference with
+its interval (`art_core.compare`); ``report.json`` holds them all.
 """
 
 from __future__ import annotations
