@@ -322,8 +322,9 @@ async def generate_verified_tasks(
 
     Each walk starts two server processes (the gold run and its replay). Tasks repeating an earlier
     one (the same setup and call) are dropped. `tools` names the only tools whose calls are sampled
-    (leave out one that reads a clock, say); `ValueError` names the server's tools if one is unknown. Raises `NonDeterministicServer` when a replay
-    disagrees, and `ValueError` when no sampled call succeeds.
+    (leave out one that reads a clock, say); `ValueError` names the server's tools if one is unknown.
+    Raises `NonDeterministicServer` when a replay disagrees, and `ValueError` when no sampled call
+    succeeds.
 
     Example:
         tasks = await generate_verified_tasks("python -m art_mcp.servers.calculator", 40, seed=0)

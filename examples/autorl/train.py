@@ -40,11 +40,11 @@ SERVERS_DIR = Path(os.environ.get("ART_AUTORL_SERVERS", HERE / ".servers"))
 SERVERS: dict[str, dict[str, Any]] = {
     "time": {"package": "mcp-server-time==2026.10.19 (PyPI)", "tools": "convert_time", "max_seq_len": 1024,
              "isolation": "shared",  # convert_time keeps no state: one server process serves every rollout
-             "command": "{dir}/venv/bin/mcp-server-time --local-timezone UTC"},
+             "program": "venv/bin/mcp-server-time", "command": "{program} --local-timezone UTC"},
     "memory": {"package": "@modelcontextprotocol/server-memory@2026.8.31 (npm)", "tools": None, "max_seq_len": 2048,
                "isolation": "per_rollout",
-               "command": "env MEMORY_FILE_PATH={{rollout_dir}}/memory.jsonl "
-                          "{dir}/node/node_modules/.bin/mcp-server-memory"},
+               "program": "node/node_modules/.bin/mcp-server-memory",
+               "command": "env MEMORY_FILE_PATH={{rollout_dir}}/memory.jsonl {program}"},
 }  # fmt: skip
 CONFIGS: dict[str, dict[str, Any]] = {
     # examples/mcp_rl's cpu settings, fixed before the first measured run; never tuned on the test split
@@ -60,12 +60,11 @@ CONFIGS: dict[str, dict[str, Any]] = {
 
 def server_command(server: str) -> str:
     """The server's command line; exits with the fix when setup_servers.sh has not installed it."""
-    command = SERVERS[server]["command"].format(dir=SERVERS_DIR)
-    program = next(p for p in command.split() if "/" in p and not p.startswith("MEMORY_FILE_PATH"))
-    if not Path(program).exists():
+    program = SERVERS_DIR / SERVERS[server]["program"]
+    if not program.exists():
         sys.exit(f"{program} is missing: install the servers with `bash examples/autorl/setup_servers.sh` "
                  f"(or point ART_AUTORL_SERVERS at a folder it filled)")  # fmt: skip
-    return command
+    return SERVERS[server]["command"].format(program=program)
 
 
 def autorl_argv(server: str, cfg: dict[str, Any], args: argparse.Namespace, out: Path) -> list[str]:
@@ -95,8 +94,8 @@ def entry(server: str, cfg: dict[str, Any], args: argparse.Namespace, report: di
     for name, d in report["differences"].items():
         b, a = name.split(" - ")
         reward[f"{b}_minus_{a}"] = {"diff": d["diff"], "ci": d["ci"], "p_value": d.get("p_value")}
-    return {"example": f"autorl_{server}", "server": SERVERS[server]["package"], "model": cfg["base_model"],
-            "config": args.config + (f"[{','.join(args.set)}]" if args.set else ""), "settings": cfg,
+    return {"example": "autorl", "server": SERVERS[server]["package"], "model": cfg["base_model"],
+            "config": f"{server}-{args.config}" + (f"[{','.join(args.set)}]" if args.set else ""), "settings": cfg,
             "seed": args.seed, "split": args.split,
             "verified_reward": reward, "tasks": report["tasks"], "sft": report["sft"], "curve": report["history"],
             "steps": {"sft": 1 if report["sft"] else 0, "rl": cfg["rl_steps"]}, "wall_s": round(wall, 1),

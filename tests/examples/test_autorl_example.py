@@ -43,7 +43,7 @@ def test_tiny_run_on_a_third_party_server(servers, tmp_path, server):
         capture_output=True, text=True, timeout=400, cwd=tmp_path,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
-    entry = json.loads(record.read_text())[f"autorl_{server}"]["tiny-seed0"]
+    entry = json.loads(record.read_text())["autorl"][f"{server}-tiny-seed0"]
     assert entry["tasks"]["train"] == 4 and entry["tasks"]["val"] == 2 and entry["sft"]["examples"] == 4
     reward = entry["verified_reward"]
     for stage in ("base", "sft", "sft_rl"):
