@@ -60,3 +60,19 @@ def test_tiny_run_on_a_third_party_server(servers, tmp_path, server):
     for task in [t for t in train + val if t.kind == "answer"]:
         assert score(task, json.dumps(task.gold), None) == 1.0
         assert score(task, "I could not do it.", None) == 0.0
+
+
+def test_settings_take_the_servers_own_cpu_changes_then_each_set() -> None:
+    """`cpu` is changed per server (chosen on the dev split); `tiny` is not; --set comes last."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("autorl_train", EXAMPLE / "train.py")
+    assert spec is not None and spec.loader is not None
+    train = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train)
+    memory = train.settings("memory", "cpu", [])
+    assert memory["train_tasks"] == 32 and memory["rl_steps"] == 2 and memory["group_size"] == 4
+    assert train.settings("memory", "tiny", []) == train.CONFIGS["tiny"]
+    assert train.settings("time", "cpu", ["sft_epochs=3"])["sft_epochs"] == 3
+    with pytest.raises(SystemExit, match="KEY of the config"):
+        train.settings("time", "cpu", ["isolation=none"])
