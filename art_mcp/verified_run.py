@@ -62,28 +62,26 @@ async def _split(
     args: argparse.Namespace, spec: ServerSpec, base: Model | None
 ) -> tuple[list[VerifiedTask], list[VerifiedTask]]:
     """Training and held-out tasks: one draw split by --val-fraction, or with --val-seed two draws."""
-    if args.tasks or getattr(args, "val_seed", None) is None:
-        tasks = await _tasks(args, spec, base, args.num_tasks, args.seed)
+    if args.tasks:
+        tasks = load_verified_tasks(args.tasks)
+        console.print(f"[bold]tasks[/bold]: loaded {len(tasks)} verified tasks from {args.tasks}")
+        return split_tasks(tasks, val_fraction=args.val_fraction, seed=args.seed)
+    if getattr(args, "val_seed", None) is None:
+        tasks = await _reword(args, base, await _sample(args, spec, args.num_tasks, args.seed))
         return split_tasks(tasks, val_fraction=args.val_fraction, seed=args.seed)
     n_val = max(1, round(args.num_tasks * args.val_fraction))
-    train = await _tasks(args, spec, base, args.num_tasks - n_val, args.seed)
+    train = await _sample(args, spec, args.num_tasks - n_val, args.seed)
     seen = {t.id for t in train}
-    drawn = await _tasks(args, spec, base, 2 * n_val, args.val_seed)  # room for the ones dropped
+    drawn = await _sample(args, spec, 2 * n_val, args.val_seed)  # room for the ones dropped
     val = [t for t in drawn if t.id not in seen][:n_val]
     console.print(f"  held-out: {len(val)} tasks of seed {args.val_seed} "
                   f"({sum(t.id in seen for t in drawn)} equal to a training task dropped)")  # fmt: skip
     if not val:
         raise ValueError(f"every held-out task of seed {args.val_seed} is also a training task; ask for more tasks")
-    return train, val
+    return await _reword(args, base, train), await _reword(args, base, val)
 
 
-async def _tasks(
-    args: argparse.Namespace, spec: ServerSpec, base: Model | None, n: int, seed: int
-) -> list[VerifiedTask]:
-    if args.tasks:
-        tasks = load_verified_tasks(args.tasks)
-        console.print(f"[bold]tasks[/bold]: loaded {len(tasks)} verified tasks from {args.tasks}")
-        return tasks
+async def _sample(args: argparse.Namespace, spec: ServerSpec, n: int, seed: int) -> list[VerifiedTask]:
     console.print(
         f"[bold]tasks[/bold]: sampling {n} verified tasks from the tool schemas (gold runs, seed {seed})"
     )
@@ -91,16 +89,21 @@ async def _tasks(
                                           tools=getattr(args, "tools", None))  # fmt: skip
     kinds = {k: sum(t.kind == k for t in tasks) for k in ("answer", "state")}
     console.print(f"  {len(tasks)} tasks: {kinds['answer']} checked by answer, {kinds['state']} by state")
-    if args.generator:
-        params = {k: v for k, v in {"api_base": args.generator_api_base, "api_key": args.generator_api_key,
-                                    "max_tokens": args.generator_max_tokens}.items() if v}  # fmt: skip
-        generator = args.generator
-        if base is not None:
-            params.update(base.litellm_params())
-            generator = params.pop("model")
-        console.print(f"  rewording them with {args.generator}")
-        tasks = await reword_tasks(tasks, generator, litellm_params=params)
     return tasks
+
+
+async def _reword(args: argparse.Namespace, base: Model | None, tasks: list[VerifiedTask]) -> list[VerifiedTask]:
+    """The tasks worded by --generator (the kept ones only), or as sampled without one."""
+    if not args.generator:
+        return tasks
+    params = {k: v for k, v in {"api_base": args.generator_api_base, "api_key": args.generator_api_key,
+                                "max_tokens": args.generator_max_tokens}.items() if v}  # fmt: skip
+    generator = args.generator
+    if base is not None:
+        params.update(base.litellm_params())
+        generator = params.pop("model")
+    console.print(f"  rewording {len(tasks)} tasks with {args.generator}")
+    return await reword_tasks(tasks, generator, litellm_params=params)
 
 
 SELF = "self"  # --generator / --judge value: the base model, served untrained by the run's backend

@@ -76,6 +76,26 @@ async def test_held_out_tasks_of_their_own_seed_are_never_training_tasks():
     assert {t.id for t in val} != {t.id for t in one_draw[1]}  # another seed's walks
 
 
+async def test_a_generator_rewords_only_the_tasks_kept(monkeypatch):
+    """With --val-seed, the held-out draw is twice the size asked; only the kept half is reworded."""
+    from argparse import Namespace
+
+    from art_mcp import bundled_server, verified_run
+
+    worded: list[int] = []
+
+    async def reword(tasks, generator, litellm_params=None):
+        worded.append(len(tasks))
+        return tasks
+
+    monkeypatch.setattr(verified_run, "reword_tasks", reword)
+    args = Namespace(tasks=None, num_tasks=8, val_fraction=0.5, seed=0, val_seed=5, walk_length=4,
+                     tools=["calculate"], generator="openai/g", generator_api_base=None, generator_api_key=None,
+                     generator_max_tokens=None)  # fmt: skip
+    train, val = await verified_run._split(args, bundled_server("calculator"), None)
+    assert worded == [len(train), len(val)] == [4, 4]
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [(["--val-seed", "0"], "--val-seed 0 equals --seed"),
