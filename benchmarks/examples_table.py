@@ -6,8 +6,8 @@
 
 Each run gets one row per metric: the stages' means with 95% intervals, then the paired differences
 (SFT+RL - base, SFT+RL - SFT) with theirs, then the run's wall time and peak RSS. A run with
-`baselines` (examples/baselines.py) also shows the random legal player, the teacher and SFT+RL -
-random legal on the same games.
+`baselines` (examples/baselines.py, or a teacher model's figures) also shows the players it names (a
+random legal player, the teacher) and its paired differences (SFT+RL - random legal, trained - teacher).
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from typing import Any
 RESULTS = Path(__file__).parent / "results" / "examples.json"
 STAGES = ("base", "sft", "sft_rl")
 DIFFS = ("sft_rl_minus_base", "sft_rl_minus_sft")
-PLAYERS = ("random_legal", "teacher")
+PLAYERS = {"random_legal": "random legal", "teacher": "teacher"}
+BASELINE_DIFFS = {"sft_rl_minus_random_legal": "SFT+RL - random legal", "trained_minus_teacher": "trained - teacher"}
 
 
 def _interval(cell: dict[str, Any], key: str, sign: bool) -> str:
@@ -50,20 +51,20 @@ def _is_row(value: dict[str, Any]) -> bool:
 
 def markdown(example: str, run: str, entry: dict[str, Any]) -> str:
     baselines = entry.get("baselines") or {}
+    rows = [m for g in baselines.values() if isinstance(g, dict) for m in g.values() if isinstance(m, dict)]
+    players = [p for p in PLAYERS if any(p in m for m in rows)]  # the columns some metric fills
+    diffs = [d for d in BASELINE_DIFFS if any(d in m for m in rows)]
     head = "| metric | base | SFT | SFT + RL | SFT+RL - base | SFT+RL - SFT |"
-    if baselines:
-        head += " random legal | teacher | SFT+RL - random legal |"
+    head += "".join(f" {PLAYERS[p]} |" for p in players) + "".join(f" {BASELINE_DIFFS[d]} |" for d in diffs)
     lines = [f"### {example} {run} ({entry.get('model')}, wall {entry.get('wall_s', 0) / 60:.1f} min, "
              f"peak RSS {entry.get('peak_rss_mb', 0) / 1024:.1f} GB)", "", head, "|---" * (head.count("|") - 1) + "|"]
     for group, metrics in tables(entry).items():
         for name, row in metrics.items():
             cells = [_interval(row[s], "mean", False) if s in row else "-" for s in STAGES]
             cells += [_interval(row[d], "diff", True) if d in row else "-" for d in DIFFS]
-            if baselines:
-                played = baselines.get(group, {}).get(name, {})
-                cells += [_interval(played[p], "mean", False) if p in played else "-" for p in PLAYERS]
-                diff = played.get("sft_rl_minus_random_legal")
-                cells.append(_interval(diff, "diff", True) if diff else "-")
+            played = baselines.get(group, {}).get(name, {})
+            cells += [_interval(played[p], "mean", False) if p in played else "-" for p in players]
+            cells += [_interval(played[d], "diff", True) if d in played else "-" for d in diffs]
             lines.append(f"| {f'{group} ' if group else ''}{name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

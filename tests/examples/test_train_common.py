@@ -161,3 +161,15 @@ def test_the_results_table_shows_the_baselines(tmp_path):
     assert ("| metrics score | - | - | 0.500 [0.250, 0.750] | - | - | 0.500 [0.250, 0.750] | 1.000 [1.000, 1.000] "
             "| +0.000 [-0.500, +0.500] |") in lines
     assert "| metrics moves | - | - | 0.500 [0.250, 0.750] | - | - | - | - | - |" in lines
+
+
+def test_the_results_table_shows_only_the_baselines_a_run_has(tmp_path):
+    """A distillation run has a teacher and trained - teacher, no random legal player: no empty columns."""
+    cell = {"mean": 0.5, "ci": [0.25, 0.75]}
+    entry = {"model": "m", "held_out": {"accuracy": {"sft": cell, "sft_rl": cell}},
+             "baselines": {"players": {"teacher": "qwen"},
+                           "held_out": {"accuracy": {"teacher": {"mean": 0.8, "ci": [0.7, 0.9]},
+                                                     "trained_minus_teacher": {"diff": -0.3, "ci": [-0.4, -0.2]}}}}}  # fmt: skip
+    lines = table_lines(tmp_path, {"distillation": {"cpu-seed0": entry}})
+    assert lines[2].endswith("| SFT+RL - SFT | teacher | trained - teacher |") and "random legal" not in lines[2]
+    assert lines[4].endswith("| 0.800 [0.700, 0.900] | -0.300 [-0.400, -0.200] |")
