@@ -15,7 +15,8 @@ scored greedily on the same held-out questions (the test split's 64, or dev's wi
    questions (`teacher_samples` each at `teacher_temperature`), kept only where the reward is at
    least `min_reward` (1: right answers only);
 4. distilled + RL ("sft_rl"): then `rl_steps` GRPO steps, each on `groups` new training questions
-   sampled `group_size` times, rewarded by the same check.
+   sampled `group_size` times, rewarded by the same check. With `eval_every` N > 0 the held-out
+   questions are also scored every N steps (the RL curve, in `curve`).
 
 Training questions come from the task's train split (no pair of a held-out question is ever in it),
 drawn by ``--seed``: the first `distill_questions` for the teacher, the next ones for RL. Each stage
@@ -52,12 +53,12 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # temperature); never tuned on the test split
     "cpu": dict(base_model="smollm2-135m", teacher="qwen2.5-0.5b", distill_questions=256, teacher_samples=1,
                 teacher_temperature=0.0, min_reward=1.0, sft_epochs=2, sft_batch=8, sft_lr=5e-4, rl_steps=8,
-                groups=8, group_size=6, rl_lr=3e-4, rl_temperature=0.7, eval_questions=64),
+                groups=8, group_size=6, rl_lr=3e-4, rl_temperature=0.7, eval_questions=64, eval_every=0),
     # a random tiny model as teacher and student: checks the whole pipeline, learns nothing (it keeps
     # every teacher reply, since a random model gets none right)
     "tiny": dict(base_model="tiny", teacher="tiny", distill_questions=8, teacher_samples=1,
                  teacher_temperature=0.0, min_reward=0.0, sft_epochs=1, sft_batch=4, sft_lr=1e-3, rl_steps=1,
-                 groups=2, group_size=2, rl_lr=3e-4, rl_temperature=0.7, eval_questions=4),
+                 groups=2, group_size=2, rl_lr=3e-4, rl_temperature=0.7, eval_questions=4, eval_every=0),
 }  # fmt: skip
 
 
@@ -178,6 +179,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             rewards = [t.reward for g in groups for t in g.trajectories]
             extra["curve"].append({"step": trained.step, "reward": sum(rewards) / max(1, len(rewards))})
             logger.info("rl step %d: training reward %.3f", step + 1, extra["curve"][-1]["reward"])
+            if cfg["eval_every"] and (step + 1) % cfg["eval_every"] == 0 and step + 1 < cfg["rl_steps"]:
+                held = await score(student, trained.step)  # the RL curve on the held-out questions
+                extra["curve"][-1]["held_out"] = {"mean": held.mean, "ci": list(held.ci)}
+                logger.info("rl step %d: held-out accuracy %s", step + 1, held.summary())
         if cfg["rl_steps"] > 0:
             stages["sft_rl"] = await score(student, await student.get_step())
             logger.info("distilled + RL: held-out accuracy %s", stages["sft_rl"].summary())

@@ -46,11 +46,15 @@ def test_only_replies_with_the_reward_are_kept():
 @pytest.mark.slow
 def test_tiny_run_records_every_stage_and_the_teacher(tmp_path):
     record = tmp_path / "examples.json"
-    out = subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--output", str(tmp_path / "run"), "--record",
-                          str(record)], capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
+    out = subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--rl-steps", "2", "--eval-every", "1", "--output",
+                          str(tmp_path / "run"), "--record", str(record)],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     entry = json.loads(record.read_text())["distillation"]["tiny-seed0"]
-    assert entry["eval"]["stage_steps"] == {"base": 0, "sft": 1, "sft_rl": 2}
+    assert entry["eval"]["stage_steps"] == {"base": 0, "sft": 1, "sft_rl": 3}
+    # --eval-every 1: the held-out curve after each RL step but the last (that one is the sft_rl stage)
+    assert [c["step"] for c in entry["curve"]] == [2, 3] and "held_out" not in entry["curve"][1]
+    assert 0.0 <= entry["curve"][0]["held_out"]["mean"] <= 1.0
     assert entry["distill"]["replies"] == entry["distill"]["kept"] == entry["sft"]["examples"] == 8
     row = entry["held_out"]["accuracy"]
     for stage in ("base", "sft", "sft_rl"):
