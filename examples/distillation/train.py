@@ -16,7 +16,9 @@ scored greedily on the same held-out questions (the test split's 64, or dev's wi
    least `min_reward` (1: right answers only);
 4. distilled + RL ("sft_rl"): then `rl_steps` GRPO steps, each on `groups` new training questions
    sampled `group_size` times, rewarded by the same check. With `eval_every` N > 0 the held-out
-   questions are also scored every N steps (the RL curve, in `curve`).
+   questions are also scored every N steps (the RL curve, in `curve`). `dtype` is the student's
+   (`ModelConfig.dtype`): "auto" serves it in bfloat16 on a CPU with native bfloat16 while the trainer
+   stays in float32; "float32" makes the sampler's numbers the trainer's.
 
 Training questions come from the task's train split (no pair of a held-out question is ever in it),
 drawn by ``--seed``: the first `distill_questions` for the teacher, the next ones for RL. Each stage
@@ -53,12 +55,12 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # temperature); never tuned on the test split
     "cpu": dict(base_model="smollm2-135m", teacher="qwen2.5-0.5b", distill_questions=256, teacher_samples=1,
                 teacher_temperature=0.0, min_reward=1.0, sft_epochs=2, sft_batch=8, sft_lr=5e-4, rl_steps=8,
-                groups=8, group_size=6, rl_lr=3e-4, rl_temperature=0.7, eval_questions=64, eval_every=0),
+                groups=8, group_size=6, rl_lr=3e-4, rl_temperature=0.7, eval_questions=64, eval_every=0, dtype="auto"),
     # a random tiny model as teacher and student: checks the whole pipeline, learns nothing (it keeps
     # every teacher reply, since a random model gets none right)
     "tiny": dict(base_model="tiny", teacher="tiny", distill_questions=8, teacher_samples=1,
                  teacher_temperature=0.0, min_reward=0.0, sft_epochs=1, sft_batch=4, sft_lr=1e-3, rl_steps=1,
-                 groups=2, group_size=2, rl_lr=3e-4, rl_temperature=0.7, eval_questions=4, eval_every=0),
+                 groups=2, group_size=2, rl_lr=3e-4, rl_temperature=0.7, eval_questions=4, eval_every=0, dtype="auto"),
 }  # fmt: skip
 
 
@@ -126,7 +128,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     run = Path(args.output or tempfile.mkdtemp(prefix="art-distillation-"))
     student = art.TrainableModel(name=f"student-{args.config}-s{args.seed}", project="distillation",
                                  base_model=common.base_model_path(cfg["base_model"]),
-                                 config=art.ModelConfig(max_seq_len=MAX_SEQ_LEN, seed=args.seed))  # fmt: skip
+                                 config=art.ModelConfig(max_seq_len=MAX_SEQ_LEN, seed=args.seed, dtype=cfg["dtype"]))  # fmt: skip
     teacher = art.Model(name=f"teacher-{args.config}", project="distillation",
                         base_model=common.base_model_path(cfg["teacher"]))  # fmt: skip
     evals = held_out(args.split, cfg["eval_questions"])
