@@ -134,10 +134,17 @@ def print_baselines(block: dict[str, Any]) -> None:
               f"{head['diff']:+.3f} [{low:+.3f}, {high:+.3f}]")
 
 
+def config_name(cfg: dict[str, Any], args: argparse.Namespace) -> str:
+    """`--config` and the settings given on the command line, as results files key a run:
+    "cpu[rl_steps=16,eval_every=4]" (a run with other settings never replaces the configuration's own)."""
+    given = [f"{k}={getattr(args, k)}" for k in cfg if getattr(args, k, None) is not None]
+    return f"{args.config}[{','.join(given)}]" if given else str(args.config)
+
+
 def run_entry(example: str, cfg: dict[str, Any], args: argparse.Namespace, model: art.TrainableModel,
               wall: float) -> dict[str, Any]:
     """The fields every example's results entry starts with; the script adds its evaluation and figures."""
-    return {"example": example, "model": cfg["base_model"], "config": args.config, "settings": cfg,
+    return {"example": example, "model": cfg["base_model"], "config": config_name(cfg, args), "settings": cfg,
             "seed": args.seed, "split": args.split, "project": model.project, "name": model.name,
             "steps": {"sft": 1, "rl": cfg["rl_steps"]}, "wall_s": round(wall, 1),
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}

@@ -191,7 +191,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 def summary(stages: dict[str, art.EvalResult], cfg: dict[str, Any], args: argparse.Namespace, wall: float,
             curve: list[dict[str, Any]], last: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
     """The run's results entry; the last RL step's counters stay at the top level."""
-    out: dict[str, Any] = {**last, "example": "langgraph_agent", "model": cfg["base_model"], "config": args.config,
+    out: dict[str, Any] = {**last, "example": "langgraph_agent", "model": cfg["base_model"], "config": common.config_name(cfg, args),
                            "settings": cfg, "seed": args.seed, "wall_s": round(wall, 1), "curve": curve,
                            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}  # fmt: skip
     if not stages:

@@ -50,7 +50,7 @@ def test_tiny_run_records_every_stage_and_the_teacher(tmp_path):
                           str(tmp_path / "run"), "--record", str(record)],
                          capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
-    entry = json.loads(record.read_text())["distillation"]["tiny-seed0"]
+    entry = json.loads(record.read_text())["distillation"]["tiny[rl_steps=2,eval_every=1]-seed0"]
     assert entry["eval"]["stage_steps"] == {"base": 0, "sft": 1, "sft_rl": 3}
     # --eval-every 1: the held-out curve after each RL step but the last (that one is the sft_rl stage)
     assert [c["step"] for c in entry["curve"]] == [2, 3] and "held_out" not in entry["curve"][1]

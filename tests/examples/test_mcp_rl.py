@@ -55,7 +55,7 @@ def test_tiny_run_records_every_stage_with_intervals_and_differences(tmp_path):
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     results = json.loads((tmp_path / "run" / "results.json").read_text())
-    recorded = json.loads(record.read_text())["mcp_rl"]["tiny-seed0"]
+    recorded = json.loads(record.read_text())["mcp_rl"]["tiny[eval_tasks=3]-seed0"]
     assert recorded.pop("machine")["cpus"] >= 1 and results == recorded  # the record adds the machine it ran on
     # base is step 0, one train_sft call makes step 1, one RL step step 2
     assert results["eval"]["stage_steps"] == {"base": 0, "sft": 1, "sft_rl": 2}

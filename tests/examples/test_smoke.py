@@ -22,7 +22,8 @@ def test_train_script_runs_every_stage(name, tiny_model_path, tmp_path, monkeypa
     args = train.parse_args(["--config", "tiny", "--base-model", str(tiny_model_path), "--split", "dev",
                              "--output", str(tmp_path / "art"), "--record", str(results)])
     out = asyncio.run(train.main(args))
-    entry = json.loads(results.read_text())[name]["tiny-seed0"]
+    (key, entry), = json.loads(results.read_text())[name].items()
+    assert key == f"tiny[base_model={tiny_model_path}]-seed0"  # a setting given on the command line keys the run
     assert entry["steps"] == {"sft": 1, "rl": train.CONFIGS["tiny"]["rl_steps"]} and entry["wall_s"] > 0
     tables = [v for k, v in entry.items() if isinstance(v, dict) and "score" in v]  # one per opponent or role
     assert tables and all({"base", "sft", "sft_rl", "sft_rl_minus_base", "sft_rl_minus_sft"} <= t["score"].keys()

@@ -85,6 +85,21 @@ def test_a_recorded_entry_names_the_machine_it_ran_on(tmp_path):
     assert data["cpu-seed1"]["machine"] == {"cpu": "given"} and data["cpu-seed0"]["wall_s"] == 1.0
 
 
+@pytest.mark.parametrize("name", ["distillation", "mcp_rl"])
+def test_a_run_with_settings_given_is_keyed_apart_from_its_configuration(name, tmp_path):
+    """A dev run with --rl-steps 16 must not replace the configuration's own entry in the results file."""
+    module = "examples.mcp_rl.train_calculator" if name == "mcp_rl" else f"examples.{name}.train"
+    train = importlib.import_module(module)
+    plain, given = train.parse_args([]), train.parse_args(["--rl-steps", "16", "--sft-epochs", "1"])
+    assert train_common.config_name(train_common.settings(train.CONFIGS, plain), plain) == "cpu"
+    name_given = train_common.config_name(train_common.settings(train.CONFIGS, given), given)
+    assert name_given == "cpu[sft_epochs=1,rl_steps=16]"
+    results = tmp_path / "examples.json"
+    for config in ("cpu", name_given):
+        train_common.record(results, name, {"config": config, "seed": 0, "machine": {"cpu": "given"}})
+    assert sorted(json.loads(results.read_text())[name]) == ["cpu-seed0", "cpu[sft_epochs=1,rl_steps=16]-seed0"]
+
+
 def _games(rewards: list[float]) -> list:
     import art_core as art
 
