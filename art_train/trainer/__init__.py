@@ -12,7 +12,7 @@ weight-sync probe); `trainer` (`Trainer`, which holds the state and calls them);
 from .advantages import GroupAdvantages, group_advantages, step_advantages
 from .checkpoints import Checkpoints, best_step, checkpoints_to_delete, metric_values
 from .grpo import grpo_step
-from .logprobs import SharedPrefix, row_logprobs, selected_logprobs
+from .logprobs import SharedPrefix, row_logprobs, rows_logprobs, selected_logprobs
 from .losses import (
     LOSSES,
     LossSpec,
@@ -73,6 +73,7 @@ __all__ = [
     "prefix_groups",
     "row_groups",
     "row_logprobs",
+    "rows_logprobs",
     "selected_logprobs",
     "sequence_mean",
     "sft_step",

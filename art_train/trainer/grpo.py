@@ -1,15 +1,16 @@
 """The GRPO step, top to bottom in one function.
 
 advantages per group -> tokenize -> batches and rows -> old / reference logprobs when needed ->
-per row: forward, `policy_loss`, backward -> clip -> AdamW step -> metrics. Saving the checkpoint is
+per row (or chunk of short rows): forward, `policy_loss`, backward -> clip -> AdamW step -> metrics. Saving the checkpoint is
 the caller's (`Trainer`), so this function only changes the weights and the optimizer state.
 
 Where it departs from the papers (DeepSeekMath's GRPO, DAPO, Dr. GRPO, GSPO) and TRL 1.16's GRPOTrainer:
 - No generation: rollouts arrive as trajectories, with the sampler's token ids spliced in; a turn
   without them is context (re-tokenized and trained only with `train_unsampled_turns`), and the step
   trains on the sampled tokens as they are.
-- No padding: sequences go one per row on CPU (packed rows on GPU), and the lm_head runs only on the
-  trained tokens. Rollouts of one task share their prompt's forward and backward (`SharedPrefix`).
+- Sequences go one per row on CPU (packed rows on GPU), and the lm_head runs only on the trained
+  tokens. Rollouts of one task share their prompt's forward and backward (`SharedPrefix`); on CPU their
+  short rests run several to a decoder call, right-padded (`Policy.row_chunks`), the only padding.
 - Off-policy samples (async mode) arrive already filtered by age (`off_policy.drop_stale`, in the
   `Trainer`); the kept ones get truncated importance sampling against the sampler by default.
 - The "old" policy is the checkpoint the step starts from. With one optimizer step per call the
@@ -35,13 +36,22 @@ from .advantages import step_advantages
 from .logprobs import SharedPrefix
 from .losses import clip_fraction, loss_spec, policy_loss, token_weights
 from .off_policy import is_cap
-from .packing import split_batches
+from .packing import Row, split_batches
 from .policy import Policy, Progress
 from .tokenize import Sequence, TokenizeStats, fit_length, tokenize_trajectory
 
 __all__ = ["grpo_step"]
 
 logger = logging.getLogger(__name__)
+
+def chunk_seq_ids(chunk: list[Row]) -> torch.Tensor:
+    """[n] each token's sequence in a chunk of rows: a row's own numbers, shifted past the rows before it."""
+    ids, offset = [], 0
+    for row in chunk:
+        ids.append(row.seq_local + offset)
+        offset += int(row.seq_local.max()) + 1 if row.seq_local.numel() else 0
+    return torch.cat(ids)
+
 
 def grpo_step(
     policy: Policy, groups: list[TrajectoryGroup], config: TrainConfig, progress: Progress,
@@ -135,14 +145,17 @@ def grpo_step(
                 batch_loss = 0.0
                 for k, group_rows in policy.row_groups(rows, config):
                     prefix = SharedPrefix(policy.causal_lm, group_rows[0].input_ids[:k]) if k else None
-                    for row in group_rows:
-                        idx = row.token_index  # [n] this row's tokens in the batch's flat arrays
-                        logp, entropy = policy.forward(row, prefix)  # [n], [n]
+                    for chunk in policy.row_chunks(group_rows, k, config):  # short rows: several a decoder call
+                        outs = policy.forward_rows(chunk, prefix)
+                        idx = torch.cat([row.token_index for row in chunk])  # [n] the chunk's tokens in the flat arrays
+                        logp = torch.cat([lp for lp, _ in outs])  # [n]
+                        entropy = torch.cat([e for _, e in outs])  # [n]
                         dev = logp.device
+                        seq_ids = chunk_seq_ids(chunk).to(dev)  # [n] the chunk's sequences, numbered apart
                         a = adv[idx].to(dev)
                         old_logp = old_b[idx].to(dev) if old_b is not None else logp.detach()
                         terms = policy_loss(
-                            spec, logp, old_logp, a, row.seq_local.to(dev), weights[idx].to(dev),
+                            spec, logp, old_logp, a, seq_ids, weights[idx].to(dev),
                             eps_low=eps_low, eps_high=eps_high,
                             sampler_logp=sampler[idx].to(dev), tis_cap=tis_cap,
                             ref_logp=ref_b[idx].to(dev) if ref_b is not None else None, beta=config.beta,
@@ -160,7 +173,7 @@ def grpo_step(
                         sums["entropy"] += float(entropy.sum())
                         sums["clip"] += float(clip_fraction(logp, old_logp, a, eps_low, eps_high)) * len(idx)
                         sums["tokens"] += len(idx)
-                        done_rows += 1
+                        done_rows += len(chunk)
                         progress({"phase": "forward_backward", "done": done_rows, "total": total_rows})
                     if prefix is not None:
                         prefix.backward()

@@ -13,7 +13,7 @@ import torch
 
 from ..hf_compat import cache_kwargs, output_cache
 
-__all__ = ["SharedPrefix", "row_logprobs", "selected_logprobs"]
+__all__ = ["SharedPrefix", "row_logprobs", "rows_logprobs", "selected_logprobs"]
 
 
 class _SelectedLogprobs(torch.autograd.Function):
@@ -99,11 +99,15 @@ class SharedPrefix:
             for k, v in self._kv
         ]
 
-    def cache(self) -> Any:
-        """A fresh cache holding the prefix (suffixes append to their own copy, never to the prefix)."""
+    def cache(self, batch: int = 1) -> Any:
+        """A fresh cache holding the prefix (suffixes append to their own copy, never to the prefix), for
+        `batch` suffixes at once (an expanded view: their gradients sum on the prefix's leaves)."""
         from transformers import DynamicCache
 
-        return DynamicCache(ddp_cache_data=self._leaves)
+        if batch == 1:
+            return DynamicCache(ddp_cache_data=self._leaves)
+        return DynamicCache(ddp_cache_data=[(k.expand(batch, -1, -1, -1), v.expand(batch, -1, -1, -1))
+                                            for k, v in self._leaves])  # fmt: skip
 
     def backward(self) -> None:
         """Backpropagate the gradients the suffixes left on the prefix's keys and values."""
@@ -154,3 +158,43 @@ def row_logprobs(
     if getattr(head, "bias", None) is not None:
         raise ValueError("lm_head with a bias is not supported by the chunked logprob path")
     return selected_logprobs(hidden, head.weight, targets.to(device), chunk)
+
+
+def rows_logprobs(
+    causal_lm: Any,
+    rows: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]],
+    chunk: int = 256,
+    prefix: SharedPrefix | None = None,
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """`row_logprobs` of several one-sequence rows (input_ids, position_ids, pred_index, targets) in one
+    decoder call: their tokens after `prefix` right-padded to one width. Attention is causal, so the
+    padding after a row's last token changes none of its logprobs; it only costs its compute.
+    """
+    device = causal_lm.get_output_embeddings().weight.device
+    k = prefix.length if prefix is not None else 0
+    width = max(int(ids.shape[0]) - k for ids, *_ in rows)
+    ids = torch.stack([_pad(ids[k:], width, 0) for ids, *_ in rows]).to(device)  # [B, W]
+    positions = torch.stack([_pad(pos[k:], width, None) for _, pos, *_ in rows]).to(device)  # [B, W]
+    decoder = causal_lm.get_decoder()
+    if prefix is not None:
+        out = decoder(input_ids=ids, position_ids=positions, **cache_kwargs(decoder, prefix.cache(len(rows))),
+                      use_cache=True)  # fmt: skip
+    else:
+        out = decoder(input_ids=ids, position_ids=positions, use_cache=False)
+    hidden = torch.cat([out.last_hidden_state[b, pred.to(device) - k] for b, (_, _, pred, _) in enumerate(rows)])
+    head = causal_lm.get_output_embeddings()
+    if getattr(head, "bias", None) is not None:
+        raise ValueError("lm_head with a bias is not supported by the chunked logprob path")
+    targets = torch.cat([t for *_, t in rows]).to(device)
+    logp, entropy = selected_logprobs(hidden, head.weight, targets, chunk)  # [sum n]
+    sizes = [int(t.shape[0]) for *_, t in rows]
+    return list(zip(logp.split(sizes), entropy.split(sizes), strict=True))
+
+
+def _pad(t: torch.Tensor, width: int, value: int | None) -> torch.Tensor:
+    """`t` [L] right-padded to `width` with `value` (None: counting on from its last value, as positions do)."""
+    extra = width - int(t.shape[0])
+    if extra == 0:
+        return t
+    tail = (torch.arange(1, extra + 1, dtype=t.dtype) + t[-1]) if value is None else t.new_full((extra,), value)
+    return torch.cat([t, tail])

@@ -17,10 +17,14 @@ import torch
 from art_core import SFTConfig, TrainConfig
 
 from .distributed import reduce_values, shard_row_groups, sum_grads
-from .logprobs import row_logprobs
+from .logprobs import row_logprobs, rows_logprobs
 from .packing import Row, build_rows, row_groups
 from .tokenize import Sequence
 from .work import DecoderCounter, work_metrics
+
+# one-sequence rows of a prefix group run together up to this many tokens a decoder call (padding
+# included): short rows (an answer, a rollout's few tokens) pay a decoder call each otherwise (0: one by one)
+ROW_BATCH_TOKENS = 1024
 
 __all__ = ["Policy", "Progress"]
 
@@ -110,6 +114,31 @@ class Policy:
         share = self.one_sequence_per_row(config) and not self.gradient_checkpointing and self.root is None
         groups = row_groups(rows, share)
         return groups if self.world == 1 else shard_row_groups(groups, self.rank, self.world)
+
+    def row_chunks(self, rows: list[Row], k: int, config: TrainConfig | SFTConfig) -> list[list[Row]]:
+        """`rows` (one prefix group, `k` tokens shared) in chunks for `forward_rows`: one-sequence rows,
+        longest first, while a chunk's padded tokens after the prefix stay within `ROW_BATCH_TOKENS` and a
+        row's padding within a quarter of the chunk's width or 32 tokens (padding costs compute: an
+        agent's rollouts of 50 and 1,000 tokens go apart); otherwise one row a chunk."""
+        if (ROW_BATCH_TOKENS <= 0 or not self.one_sequence_per_row(config) or self.gradient_checkpointing
+                or self.root is not None or len(rows) < 2):
+            return [[row] for row in rows]
+        chunks: list[list[Row]] = []
+        for row in sorted(rows, key=lambda r: -int(r.input_ids.shape[0])):
+            width = int(chunks[-1][0].input_ids.shape[0]) - k if chunks else 0  # longest first: the chunk's first
+            rest = int(row.input_ids.shape[0]) - k
+            if chunks and (len(chunks[-1]) + 1) * width <= ROW_BATCH_TOKENS and width - rest <= max(width // 4, 32):
+                chunks[-1].append(row)
+            else:
+                chunks.append([row])
+        return chunks
+
+    def forward_rows(self, rows: list[Row], prefix: Any = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """`forward` of each row of a `row_chunks` chunk, in one decoder call when there are several."""
+        if len(rows) == 1:
+            return [self.forward(rows[0], prefix)]
+        return rows_logprobs(self.causal_lm, [(r.input_ids, r.position_ids, r.pred_index, r.targets) for r in rows],
+                             prefix=prefix)  # fmt: skip
 
     def pad(self, rows: list[Row], config: TrainConfig | SFTConfig, *, backward: bool = True) -> None:
         """With the base sharded: the forwards (and backwards, adding 0) that bring this rank to as many as

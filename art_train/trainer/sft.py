@@ -3,13 +3,16 @@
 tokenize (sampled ids kept where present, other assistant turns re-tokenized and trained) ->
 batches of `batch_size` sequences -> per row: forward, token-mean loss over the batch, backward ->
 clip -> AdamW step. Rows that start with the same prompt (a shared system prompt and tool specs) run
-it once, forward and backward, as in the GRPO step (`Policy.row_groups`). Same rows and optimizer as the GRPO step (`Policy`).
+it once, forward and backward, as in the GRPO step (`Policy.row_groups`); on CPU their short rest runs
+several rows a decoder call, right-padded (`Policy.row_chunks`). Same rows and optimizer as the GRPO step (`Policy`).
 """
 
 from __future__ import annotations
 
 import time
 from typing import Any
+
+import torch
 
 from art_core import SFTConfig, Trajectory
 
@@ -59,12 +62,11 @@ def sft_step(policy: Policy, trajectories: list[Trajectory], config: SFTConfig, 
                 batch_loss = 0.0
                 for k, group_rows in policy.row_groups(rows, config):
                     prefix = SharedPrefix(policy.causal_lm, group_rows[0].input_ids[:k]) if k else None
-                    for row in group_rows:
-                        logp, _ = policy.forward(row, prefix)  # [n_row]
-                        loss = -logp.sum() / n  # token mean over the batch
+                    for chunk in policy.row_chunks(group_rows, k, config):  # short rows: several a decoder call
+                        loss = -torch.cat([logp for logp, _ in policy.forward_rows(chunk, prefix)]).sum() / n  # token mean
                         loss.backward()
                         batch_loss += float(loss.detach())
-                        done_rows += 1
+                        done_rows += len(chunk)
                         progress({"phase": "forward_backward", "done": done_rows, "total": total_rows})
                     if prefix is not None:
                         prefix.backward()

@@ -62,19 +62,20 @@ def test_sft_under_bfloat16_autocast_runs_bf16_and_tracks_float32(tiny_model_pat
 
 
 def test_sft_rows_share_the_system_prompt(tiny_model_path, tmp_path) -> None:  # noqa: ANN001
-    # the three examples share the system prompt: one group, whose prompt runs forward once
+    # the three examples share the system prompt: one group, whose prompt runs forward once, then
+    # their three short rests in one call (Policy.row_chunks)
     trainer = _sft_trainer(tiny_model_path, tmp_path, "shared", None)
-    calls: list[int] = []
+    calls: list[tuple[int, int]] = []
     decoder = trainer.policy.causal_lm.get_decoder()
     hook = decoder.register_forward_pre_hook(
-        lambda _m, args, kwargs: calls.append(kwargs["input_ids"].shape[1]), with_kwargs=True
+        lambda _m, args, kwargs: calls.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
     )
     try:
         trainer.train_sft(_examples(), art.SFTConfig(learning_rate=1e-3, batch_size=3))
     finally:
         hook.remove()
-    assert len(calls) == 4  # the shared prompt, then the three suffixes
-    assert calls[0] > max(calls[1:])  # the system prompt is the longest part
+    assert len(calls) == 2 and calls[0][0] == 1 and calls[1][0] == 3  # the shared prompt, then the three rests
+    assert calls[0][1] > calls[1][1]  # the system prompt is the longest part
 
 
 @pytest.mark.parametrize(
