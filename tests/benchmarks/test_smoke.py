@@ -129,6 +129,12 @@ def check_swap_cost(doc: dict[str, Any]) -> None:
     assert [s["step"] for s in steps] == [1, 2] and all(s["swap_s"] > 0 for s in steps)
 
 
+def check_sft_step(doc: dict[str, Any]) -> None:
+    _keys(doc, "machine", "workload", "runs", "speedup", "one_row_per_call_median_s", "rows_together_median_s")
+    # 8 questions in one batch share the system prompt: a row a call, or all eight in one
+    assert doc["one_row_per_call_decoder_calls"] > doc["rows_together_decoder_calls"] >= 2
+
+
 def check_train_step(doc: dict[str, Any]) -> None:
     _keys(doc, "ours_tokens_per_s", "ours_peak_rss_mb", "ours_work/decoder_tokens", "ours_work/decoder_calls",
           "ours_work/decoder_tokens_per_trained_token")
@@ -170,6 +176,7 @@ SMOKES: dict[str, tuple[list[str], str, Callable[[dict[str, Any]], None]]] = {
     "ruler_tokens": ([], "--out", check_ruler_tokens),
     "scale": ([], "--out", check_scale),
     "serve": (["--arms", "embedded,fp32,hf"], "--out", check_serve),
+    "sft_step": ([], "--out", check_sft_step),
     "swap_cost": ([], "--out", check_swap_cost),
     "train_step": ([], "--out", check_train_step),
 }
