@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "benchmark": "one SFT step (1 epoch) on short rows: a decoder call a row against rows together",
         "command": " ".join(["python", "benchmarks/sft_step.py", *(argv if argv is not None else sys.argv[1:])]),
         "machine": machine(), "model": "tiny" if args.smoke else base_model,
-        "workload": {"conversations": n, "batch_size": 8, "epochs": 1, "sft_batch_tokens": default_budget},
+        "workload": {"conversations": n, "batch_size": 8, "epochs": 1, "row_batch_tokens": default_budget},
         "runs": steps,
     }  # fmt: skip
     for arm, rows in steps.items():
