@@ -44,6 +44,7 @@ __all__ = ["grpo_step"]
 
 logger = logging.getLogger(__name__)
 
+
 def chunk_seq_ids(chunk: list[Row]) -> torch.Tensor:
     """[n] each token's sequence in a chunk of rows: a row's own numbers, shifted past the rows before it."""
     ids, offset = [], 0

@@ -154,10 +154,7 @@ def row_logprobs(
             input_ids=input_ids[None].to(device), position_ids=position_ids[None].to(device), use_cache=False
         )
     hidden = out.last_hidden_state[0, pred_index.to(device)]  # [n, H]
-    head = causal_lm.get_output_embeddings()
-    if getattr(head, "bias", None) is not None:
-        raise ValueError("lm_head with a bias is not supported by the chunked logprob path")
-    return selected_logprobs(hidden, head.weight, targets.to(device), chunk)
+    return selected_logprobs(hidden, _head_weight(causal_lm), targets.to(device), chunk)
 
 
 def rows_logprobs(
@@ -182,13 +179,18 @@ def rows_logprobs(
     else:
         out = decoder(input_ids=ids, position_ids=positions, use_cache=False)
     hidden = torch.cat([out.last_hidden_state[b, pred.to(device) - k] for b, (_, _, pred, _) in enumerate(rows)])
+    targets = torch.cat([t for *_, t in rows]).to(device)
+    logp, entropy = selected_logprobs(hidden, _head_weight(causal_lm), targets, chunk)  # [sum n]
+    sizes = [int(t.shape[0]) for *_, t in rows]
+    return list(zip(logp.split(sizes), entropy.split(sizes), strict=True))
+
+
+def _head_weight(causal_lm: Any) -> torch.Tensor:
+    """The lm_head's weight; a head with a bias is refused (the chunked path computes h @ W.T only)."""
     head = causal_lm.get_output_embeddings()
     if getattr(head, "bias", None) is not None:
         raise ValueError("lm_head with a bias is not supported by the chunked logprob path")
-    targets = torch.cat([t for *_, t in rows]).to(device)
-    logp, entropy = selected_logprobs(hidden, head.weight, targets, chunk)  # [sum n]
-    sizes = [int(t.shape[0]) for *_, t in rows]
-    return list(zip(logp.split(sizes), entropy.split(sizes), strict=True))
+    return head.weight
 
 
 def _pad(t: torch.Tensor, width: int, value: int | None) -> torch.Tensor:

@@ -108,11 +108,15 @@ class Policy:
         pack_tokens = getattr(config, "pack_tokens", None)
         return build_rows(batch, max(pack_tokens or self.max_len(config), self.max_len(config)))
 
+    def shares_rows(self, config: TrainConfig | SFTConfig) -> bool:
+        """Whether rows share their common prompt (`row_groups`) and run together (`row_chunks`): one-sequence
+        rows, no gradient checkpointing, the base not sharded."""
+        return self.one_sequence_per_row(config) and not self.gradient_checkpointing and self.root is None
+
     def row_groups(self, rows: list[Row], config: TrainConfig | SFTConfig) -> list[tuple[int, list[Row]]]:
         """One-sequence rows share their common prompt's forward and backward; packed rows, or gradient
         checkpointing, go one by one. With several ranks, only this rank's share (`shard_row_groups`)."""
-        share = self.one_sequence_per_row(config) and not self.gradient_checkpointing and self.root is None
-        groups = row_groups(rows, share)
+        groups = row_groups(rows, self.shares_rows(config))
         return groups if self.world == 1 else shard_row_groups(groups, self.rank, self.world)
 
     def row_chunks(self, rows: list[Row], k: int, config: TrainConfig | SFTConfig) -> list[list[Row]]:
@@ -120,8 +124,7 @@ class Policy:
         longest first, while a chunk's padded tokens after the prefix stay within `ROW_BATCH_TOKENS` and a
         row's padding within a quarter of the chunk's width or 32 tokens (padding costs compute: an
         agent's rollouts of 50 and 1,000 tokens go apart); otherwise one row a chunk."""
-        if (ROW_BATCH_TOKENS <= 0 or not self.one_sequence_per_row(config) or self.gradient_checkpointing
-                or self.root is not None or len(rows) < 2):
+        if ROW_BATCH_TOKENS <= 0 or not self.shares_rows(config) or len(rows) < 2:
             return [[row] for row in rows]
         chunks: list[list[Row]] = []
         for row in sorted(rows, key=lambda r: -int(r.input_ids.shape[0])):

@@ -224,7 +224,7 @@ def test_rows_go_together_only_while_their_padding_stays_small() -> None:
         system = list(range(100, 110))  # 10 shared tokens
         seqs = [Sequence(system + [7] * n, [False] * 10 + [True] * n, [float("nan")] * (10 + n)) for n in rests]
         rows, _ = build_rows(seqs, capacity=1)
-        cpu = SimpleNamespace(one_sequence_per_row=lambda _c: True, gradient_checkpointing=False, root=None)
+        cpu = SimpleNamespace(shares_rows=lambda _c: True)
         return [[int(r.input_ids.shape[0]) - 10 for r in c] for c in Policy.row_chunks(cpu, rows, 10, art.TrainConfig())]  # type: ignore[arg-type]
 
     assert ROW_BATCH_TOKENS == 1024
