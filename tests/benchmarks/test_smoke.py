@@ -129,6 +129,13 @@ def check_swap_cost(doc: dict[str, Any]) -> None:
     assert [s["step"] for s in steps] == [1, 2] and all(s["swap_s"] > 0 for s in steps)
 
 
+def check_engine_batch(doc: dict[str, Any]) -> None:
+    _keys(doc, "cpu_isa", "runs")
+    run = doc["runs"][0]
+    assert run["engine_dtype"] in ("float32", "bfloat16") and run["peak_rss_mb"] > 0
+    assert all(run[w]["requests"] > 0 and run[w]["completion_tokens"] > 0 for w in ("held_out", "rollouts", "long"))
+
+
 def check_sft_step(doc: dict[str, Any]) -> None:
     _keys(doc, "machine", "workload", "runs", "speedup", "one_row_per_call_median_s", "rows_together_median_s")
     # 8 questions in one batch share the system prompt: a row a call, or all eight in one
@@ -168,6 +175,7 @@ SMOKES: dict[str, tuple[list[str], str, Callable[[dict[str, Any]], None]]] = {
     "decode_bandwidth": ([], "--out", check_decode_bandwidth),
     "demo": ([], "--out", check_demo),
     "e2e_vs_trl": ([], "--out", check_e2e_vs_trl),
+    "engine_batch": ([], "--out", check_engine_batch),
     "examples_table": ([], "--out", check_examples_table),
     "mcp_pool": ([], "--out", check_mcp_pool),
     "models": ([], "--output", check_models),

@@ -126,3 +126,31 @@ def test_float32_cache_attention_is_registered_only_when_used() -> None:
     import sys
 
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_prefill_hands_the_head_a_contiguous_input(tiny_model_path: Path) -> None:
+    # a prefill keeps each row's last position, a strided slice; given one, torch's CPU matmul broadcasts
+    # the head's weight to every row (3.4 GB for 64 rows of smollm2-135m in bfloat16): the engine copies first
+    import asyncio
+
+    from art_train.engines.base import ChatRequest
+    from art_train.engines.transformers import TransformersEngine
+
+    async def run() -> list[tuple[int, bool]]:
+        engine = TransformersEngine(tiny_model_path, dtype="bfloat16")
+        await engine.start()
+        seen: list[tuple[int, bool]] = []
+        engine.model.get_output_embeddings().register_forward_pre_hook(
+            lambda m, args: seen.append((args[0].shape[0], args[0].is_contiguous())))
+        greedy = SamplingParams(temperature=0.0, max_tokens=3)
+        prompts = [f"Count {'to ten ' * i}now." for i in range(1, 6)]
+        try:
+            await asyncio.gather(*[engine.chat(ChatRequest(messages=[{"role": "user", "content": p}], model="m",
+                                                           sampling=greedy)) for p in prompts])
+        finally:
+            await engine.stop()
+        return seen
+
+    seen = asyncio.run(run())
+    assert any(rows > 1 for rows, _ in seen), seen  # a batched prefill happened
+    assert all(contiguous for _, contiguous in seen), seen
