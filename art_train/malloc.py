@@ -1,9 +1,17 @@
-"""glibc's allocator, told to keep two arenas: freed memory is then reused across threads instead of held per thread.
+"""glibc's allocator, set so that a long run's RSS stays near its working set.
 
-The backend allocates from several threads (the engine's loop, the trainer's step, the checkpoint
-writer); glibc gives each its own arena, and a long run's RSS grows with what each keeps. With two
-arenas `art demo`'s peak fell from 5.3 to 4.4 GB over two steps on this project's CPU machines, with
-no loss of speed. ``MALLOC_ARENA_MAX`` in the environment, or ``ART_MALLOC_ARENAS=0``, leaves it alone.
+- Two arenas: the backend allocates from several threads (the engine's loop, the trainer's step, the
+  checkpoint writer) and glibc gives each its own arena, each holding what it freed. With two, `art
+  demo`'s peak fell from 5.3 to 4.4 GB over two steps, with no loss of speed.
+- A fixed mmap threshold of 1 MiB: glibc raises its threshold up to 32 MiB once a large block is freed,
+  after which activations and KV blocks come from the heap, where the freed ones stay resident between
+  other allocations. Above a fixed 1 MiB each such block is mapped and unmapped instead. `art demo`
+  (16 steps, an AVX512-BF16 CPU): 4.35 GB at 8 MiB, 3.72 GB at 1 MiB, at 248 and 268 s (the page
+  faults of fresh mappings).
+- After each training step, `trim_malloc` hands the pages freed since back to the OS.
+
+``MALLOC_ARENA_MAX`` / ``MALLOC_MMAP_THRESHOLD_`` in the environment leave that setting alone, and
+``ART_MALLOC_ARENAS=0`` / ``ART_MALLOC_MMAP_MB=0`` turn ours off.
 """
 
 from __future__ import annotations
@@ -13,33 +21,53 @@ import logging
 import os
 import sys
 
-__all__ = ["limit_malloc_arenas"]
+__all__ = ["tune_malloc", "trim_malloc"]
 
 logger = logging.getLogger(__name__)
 
-M_ARENA_MAX = -8  # glibc's mallopt parameter
-_applied: int | None = None
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameters
+M_ARENA_MAX = -8
+_applied: dict[str, int] | None = None
 
 
-def limit_malloc_arenas(default: int = 2) -> int | None:
-    """Cap glibc's malloc arenas for this process (once); returns the cap set, or None where nothing was set."""
-    global _applied
-    if _applied is not None or not sys.platform.startswith("linux") or "MALLOC_ARENA_MAX" in os.environ:
-        return _applied
-    try:
-        arenas = int(os.environ.get("ART_MALLOC_ARENAS", default))
-    except ValueError:
-        logger.warning("ART_MALLOC_ARENAS=%r is not a whole number; malloc left as it is",
-                       os.environ["ART_MALLOC_ARENAS"])
-        return None
-    if arenas <= 0:
+def _libc() -> ctypes.CDLL | None:
+    if not sys.platform.startswith("linux"):
         return None
     try:
         libc = ctypes.CDLL("libc.so.6")
-        ok = libc.mallopt(M_ARENA_MAX, arenas) == 1
-    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to do
+        libc.mallopt, libc.malloc_trim  # noqa: B018 - glibc has both; musl and others do not
+    except (OSError, AttributeError):
         return None
-    if ok:
-        _applied = arenas
-        logger.debug("malloc arenas capped at %d", arenas)
+    return libc
+
+
+def _setting(env: str, default: int) -> int:
+    try:
+        return int(os.environ.get(env, default))
+    except ValueError:
+        logger.warning("%s=%r is not a whole number; malloc left as it is", env, os.environ[env])
+        return 0
+
+
+def tune_malloc(arenas: int = 2, mmap_mb: int = 1) -> dict[str, int]:
+    """Set glibc's arena cap and mmap threshold for this process (once); returns what was set."""
+    global _applied
+    if _applied is not None:
+        return _applied
+    _applied = {}
+    libc = _libc()
+    if libc is None:
+        return _applied
+    wanted = {"arenas": (M_ARENA_MAX, "MALLOC_ARENA_MAX", _setting("ART_MALLOC_ARENAS", arenas)),
+              "mmap_bytes": (M_MMAP_THRESHOLD, "MALLOC_MMAP_THRESHOLD_", _setting("ART_MALLOC_MMAP_MB", mmap_mb) << 20)}
+    for name, (param, glibc_env, value) in wanted.items():
+        if value > 0 and glibc_env not in os.environ and libc.mallopt(param, value) == 1:
+            _applied[name] = value
+    logger.debug("malloc settings: %s", _applied)
     return _applied
+
+
+def trim_malloc() -> bool:
+    """Give the pages glibc holds free back to the OS (``malloc_trim(0)``); False where there is no glibc."""
+    libc = _libc()
+    return bool(libc.malloc_trim(0)) if libc is not None else False

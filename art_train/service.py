@@ -39,7 +39,7 @@ from .engines import bundled_engine
 from .engines.base import ChatRequest, Engine, EngineError, Sleeps
 from .errors import ServiceError, WeightSyncError
 from .gate import Gate
-from .malloc import limit_malloc_arenas
+from .malloc import trim_malloc, tune_malloc
 from .swap import Swap, sync_tolerance
 from .validate import check_train_groups, vocab_size, with_model_defaults
 
@@ -111,7 +111,7 @@ class ModelService:
         self._entries: dict[str, _Entry] = {}
         self._engines: dict[tuple[str, str, str], Engine] = {}
         self._register_lock = asyncio.Lock()
-        limit_malloc_arenas()  # a long run's RSS then stays near its working set (art_train/malloc.py)
+        tune_malloc()  # a long run's RSS then stays near its working set (art_train/malloc.py)
         self._ranks: Any = None  # trainer.distributed.Ranks with train_procs > 1, made with the first trainer
 
     # -- registration --------------------------------------------------------------------------
@@ -357,6 +357,7 @@ class ModelService:
                 try:
                     result: TrainResult = await asyncio.to_thread(
                         run, entry.trainer, lambda event: report({"type": "progress", **event}))
+                    await asyncio.to_thread(trim_malloc)  # the step's freed activations go back to the OS
                 finally:
                     if sleeper is not None:
                         await sleeper.wake_up()

@@ -255,8 +255,11 @@ class Scheduler:
         tokens = seq.prompt + seq.tokens[:-1]
         if self.prefix is None or seq.error is not None or int(cols.sum()) != len(tokens):
             return
-        keys = [layer.keys[row][:, cols].clone() for layer in batch.cache.layers]
-        values = [layer.values[row][:, cols].clone() for layer in batch.cache.layers]
+        # a half-precision model's keys and values are half-precision numbers held in a float32 cache:
+        # kept at the model's precision they are the same numbers in half the bytes
+        dtype = next(batch.model.parameters()).dtype if self.cache_dtype is not None else None
+        keys = [layer.keys[row][:, cols].to(dtype) for layer in batch.cache.layers]
+        values = [layer.values[row][:, cols].to(dtype) for layer in batch.cache.layers]
         self.prefix.store(seq.adapter, seq.generation, tokens, keys, values)
 
     def decode_step(self, batch: Batch) -> None:

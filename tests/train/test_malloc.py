@@ -1,0 +1,52 @@
+"""glibc's allocator as the backend sets it: big freed blocks leave RSS, and the settings can be turned off."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt and malloc_trim")
+
+CODE = r"""
+import json, os, torch
+from art_train.malloc import tune_malloc, trim_malloc
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") >> 20
+applied = tune_malloc()
+block = torch.ones(16 << 18)
+del block  # a 16 MiB block freed: glibc's own threshold now rises to 16 MiB
+big, small = [], []
+for _ in range(100):
+    big.append(torch.ones(1 << 19))  # 2 MiB
+    small.append(torch.ones(256))  # 1 KiB, kept: each sits after a big block
+before = rss()
+big.clear()
+freed = before - rss()
+trimmed = trim_malloc()
+print(json.dumps({"applied": applied, "freed_mb": freed, "after_trim_mb": before - rss(), "trimmed": trimmed}))
+"""
+
+
+def _run(**env: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", CODE], env={**os.environ, **env}, capture_output=True, text=True,
+                         timeout=120, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_big_blocks_are_given_back_when_freed_and_the_rest_by_a_trim() -> None:
+    tuned = _run(ART_MALLOC_MMAP_MB="1")
+    assert tuned["applied"].get("mmap_bytes") == 1 << 20
+    assert tuned["freed_mb"] >= 150, tuned  # 200 MiB of mapped blocks leave RSS as they are freed
+    glibc = _run(ART_MALLOC_MMAP_MB="0")
+    assert "mmap_bytes" not in glibc["applied"]
+    assert glibc["freed_mb"] < 50, glibc  # glibc's threshold rose: the blocks sat on the heap between live ones
+    assert glibc["after_trim_mb"] >= 150 and glibc["trimmed"], glibc  # malloc_trim hands them back
+
+
+def test_the_environment_wins() -> None:
+    assert _run(MALLOC_MMAP_THRESHOLD_="4194304", MALLOC_ARENA_MAX="4")["applied"] == {}
+    assert _run(ART_MALLOC_ARENAS="0", ART_MALLOC_MMAP_MB="x")["applied"] == {}
