@@ -3,15 +3,18 @@
 - Two arenas: the backend allocates from several threads (the engine's loop, the trainer's step, the
   checkpoint writer) and glibc gives each its own arena, each holding what it freed. With two, `art
   demo`'s peak fell from 5.3 to 4.4 GB over two steps, with no loss of speed.
-- A fixed mmap threshold of 1 MiB: glibc raises its threshold up to 32 MiB once a large block is freed,
-  after which activations and KV blocks come from the heap, where the freed ones stay resident between
-  other allocations. Above a fixed 1 MiB each such block is mapped and unmapped instead. `art demo`
-  (16 steps, an AVX512-BF16 CPU): 4.35 GB at 8 MiB, 3.72 GB at 1 MiB, at 248 and 268 s (the page
-  faults of fresh mappings).
+- Optionally (`art demo` sets 1 MiB), a fixed mmap threshold: glibc raises its own up to 32 MiB once a
+  large block is freed, after which activations and KV blocks come from the heap, where freed ones stay
+  resident between other allocations; above a fixed threshold each such block is mapped and unmapped
+  instead, at the cost of the page faults of fresh mappings. On an AVX512-BF16 CPU, `art demo` (16
+  steps): 5.0 GB peak with glibc's own threshold (and float32 prefix-cache entries, since halved),
+  4.35 GB at 8 MiB, 3.72 GB at 1 MiB, 8-10% more wall time; the agent-shaped step of
+  `benchmarks/train_step.py` (rows up to 1,600 tokens): 6.3 -> 4.7 GB but 106 -> 80 trained tokens/s
+  at 1 MiB (`benchmarks/results/step_malloc.json`). So the backend leaves the threshold to glibc.
 - After each training step, `trim_malloc` hands the pages freed since back to the OS.
 
-``MALLOC_ARENA_MAX`` / ``MALLOC_MMAP_THRESHOLD_`` in the environment leave that setting alone, and
-``ART_MALLOC_ARENAS=0`` / ``ART_MALLOC_MMAP_MB=0`` turn ours off.
+``MALLOC_ARENA_MAX`` / ``MALLOC_MMAP_THRESHOLD_`` in the environment leave that setting alone;
+``ART_MALLOC_ARENAS`` (0: off) and ``ART_MALLOC_MMAP_MB`` (a size in MiB; 0: glibc's own) override ours.
 """
 
 from __future__ import annotations
@@ -49,8 +52,9 @@ def _setting(env: str, default: int) -> int:
         return 0
 
 
-def tune_malloc(arenas: int = 2, mmap_mb: int = 1) -> dict[str, int]:
-    """Set glibc's arena cap and mmap threshold for this process (once); returns what was set."""
+def tune_malloc(arenas: int = 2, mmap_mb: int = 0) -> dict[str, int]:
+    """Set glibc's arena cap and mmap threshold (`mmap_mb` MiB, 0: glibc's own) for this process; the first
+    call decides, later ones return what it set."""
     global _applied
     if _applied is not None:
         return _applied
