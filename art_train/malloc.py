@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import os
 import sys
@@ -33,6 +34,7 @@ M_ARENA_MAX = -8
 _applied: dict[str, int] | None = None
 
 
+@functools.cache  # loaded once: trim_malloc runs after every training step
 def _libc() -> ctypes.CDLL | None:
     if not sys.platform.startswith("linux"):
         return None
