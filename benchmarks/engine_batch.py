@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from _trees import cpu_isa, run_in_tree, short_commit
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "engine_batch.json"
@@ -92,22 +90,6 @@ asyncio.run(main())
 '''
 
 
-def run_tree(tree: Path, base_model: str, dtype: str, scale: int) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(tree), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    with tempfile.TemporaryDirectory() as cwd:  # so `import art_train` finds the tree, not the cwd
-        proc = subprocess.run([sys.executable, "-c", ONE_TREE, base_model, dtype, str(scale)], cwd=cwd, env=env,
-                              capture_output=True, text=True)
-    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
-    if line is None:
-        raise SystemExit(f"{tree} ({dtype}) failed:\n{proc.stderr[-3000:]}")
-    return json.loads(line[len("RESULT "):])
-
-
-def isa() -> str:
-    flags = Path("/proc/cpuinfo").read_text().split("flags", 2)[1].split("\n", 1)[0].split()
-    found = [f for f in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16") if f in flags]
-    return ",".join(found) or platform.machine()
-
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -125,14 +107,11 @@ def main() -> None:
     runs = []
     for tree in args.trees:
         path = Path(tree).resolve()
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=path, capture_output=True,
-                                text=True).stdout.strip()
         for dtype in args.dtypes.split(","):
-            result = run_tree(path, base_model, dtype, scale)
-            assert result.pop("art_train").startswith(str(path)), f"did not import the tree {path}"
-            runs.append({"tree": str(path), "commit": commit, "dtype": dtype, **result})
+            result = run_in_tree(path, ONE_TREE, base_model, dtype, str(scale))
+            runs.append({"tree": str(path), "commit": short_commit(path), "dtype": dtype, **result})
             print(json.dumps(runs[-1]), flush=True)
-    doc = {"benchmark": f"embedded engine on a batch ({base_model})", "cpu_isa": isa(),
+    doc = {"benchmark": f"embedded engine on a batch ({base_model})", "cpu_isa": cpu_isa(),
            "command": "flock /tmp/art-heavy.lock .venv/bin/python benchmarks/engine_batch.py " + " ".join(sys.argv[1:]),
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "runs": runs}
     out_path.write_text(json.dumps(doc, indent=1) + "\n")

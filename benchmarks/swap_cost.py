@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from _trees import run_in_tree, short_commit
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "swap_cost.json"
@@ -68,16 +67,6 @@ asyncio.run(main())
 '''
 
 
-def run_tree(tree: Path, base_model: str = "smollm2-135m", questions: int = 8, replies: int = 6) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(tree), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    cmd = [sys.executable, "-c", ONE_TREE, base_model, str(questions), str(replies)]
-    with tempfile.TemporaryDirectory() as cwd:  # so `import art_train` finds the tree, not the cwd
-        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
-    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
-    if line is None:
-        raise SystemExit(f"{tree} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(line[len("RESULT "):])
-
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -93,12 +82,8 @@ def main() -> None:
     runs = []
     for tree in args.trees:
         path = Path(tree).resolve()
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=path, capture_output=True,
-                                text=True).stdout.strip()
-        result = run_tree(path, *shape)
-        steps = result["steps"]
-        assert result["art_train"].startswith(str(path)), f"imported {result['art_train']}, not the tree {path}"
-        runs.append({"tree": str(path), "commit": commit, "steps": steps,
+        steps = run_in_tree(path, ONE_TREE, *map(str, shape))["steps"]
+        runs.append({"tree": str(path), "commit": short_commit(path), "steps": steps,
                      "swap_s_total": round(sum(s["swap_s"] for s in steps), 2)})
         print(json.dumps(runs[-1]), flush=True)
     doc = {"benchmark": f"weight-sync cost per step ({shape[1]} questions x {shape[2]} replies, {shape[0]})",

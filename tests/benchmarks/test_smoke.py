@@ -136,6 +136,15 @@ def check_engine_batch(doc: dict[str, Any]) -> None:
     assert all(run[w]["requests"] > 0 and run[w]["completion_tokens"] > 0 for w in ("held_out", "rollouts", "long"))
 
 
+def check_engine_flops(doc: dict[str, Any]) -> None:
+    _keys(doc, "machine", "limit", "target", "met", "runs")
+    assert set(doc["limit"]["matmul_gflops"]) == {"float32", "bfloat16"} and doc["limit"]["stream_gb_s"] > 0
+    level = doc["runs"][0]["by_concurrency"]["2"]
+    # 2 requests of 4 tokens: the first token of each from the prefill, 3 decode steps of 2 rows
+    assert level["runs"][0]["decode_tokens"] == 6 and level["runs"][0]["decode_steps"] == 3
+    assert level["decode_gflops"] > 0 and 0 < level["fraction"]
+
+
 def check_sft_step(doc: dict[str, Any]) -> None:
     _keys(doc, "machine", "workload", "runs", "speedup", "one_row_per_call_median_s", "rows_together_median_s")
     # 8 questions in one batch share the system prompt: a row a call, or all eight in one
@@ -176,6 +185,7 @@ SMOKES: dict[str, tuple[list[str], str, Callable[[dict[str, Any]], None]]] = {
     "demo": ([], "--out", check_demo),
     "e2e_vs_trl": ([], "--out", check_e2e_vs_trl),
     "engine_batch": ([], "--out", check_engine_batch),
+    "engine_flops": ([], "--out", check_engine_flops),
     "examples_table": ([], "--out", check_examples_table),
     "mcp_pool": ([], "--out", check_mcp_pool),
     "models": ([], "--output", check_models),
