@@ -8,7 +8,8 @@ In one process, on smollm2-135m:
   The worker's decode steps are timed one by one (sampling included, prefill left out). A decode token
   costs 2 FLOPs per weight of every linear layer and of the output layer, plus 4 x layers x heads x
   head_dim x its position for attention. `fraction` = decode FLOP/s / the matmul limit in the engine's
-  dtype. Each N runs --runs times; medians.
+  dtype. Each N runs --runs times; medians. Then one shorter pass under the profiler (in the worker thread)
+  splits a decode step's time: matmul, attention, other ops, sampling, and outside ops (Python).
 
 Run (heavy: under the shared lock):
     flock /tmp/art-heavy.lock .venv/bin/python benchmarks/engine_flops.py [--dtype float32] [--trees A B]
@@ -53,12 +54,48 @@ async def main():
     weights = linear_weights(engine.model)
     attn_per_position = 4 * cfg.num_hidden_layers * cfg.num_attention_heads * head_dim
     spent = [0.0]
-    step = engine.scheduler.decode_step
+    step, sample = engine.scheduler.decode_step, engine.scheduler._sample
     def timed(batch):
         t0 = time.perf_counter()
-        step(batch)
+        with torch.profiler.record_function("decode_step"):
+            step(batch)
         spent[0] += time.perf_counter() - t0
-    engine.scheduler.decode_step = timed
+    def marked_sample(*a):
+        with torch.profiler.record_function("sample"):
+            return sample(*a)
+    engine.scheduler.decode_step, engine.scheduler._sample = timed, marked_sample
+
+    async def breakdown(n):
+        """One more pass at n concurrent, profiled in the worker thread: where a decode step's time goes."""
+        loop = asyncio.get_running_loop()
+        prof, stopped = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]), loop.create_future()
+        engine.scheduler.submit(lambda busy: prof.__enter__())
+        await asyncio.gather(*[engine.chat(ChatRequest(messages=[{"role": "user", "content": f"Story {i}, please."}],
+            model="m", sampling=SamplingParams(temperature=1.0, max_tokens=min(tokens, 16), ignore_eos=True, seed=i)))
+            for i in range(n)])
+        engine.scheduler.submit(lambda busy: (prof.__exit__(None, None, None), loop.call_soon_threadsafe(stopped.set_result, None)))
+        await stopped
+        us = {"matmul": 0.0, "attention": 0.0, "other_ops": 0.0, "sampling": 0.0, "outside_ops": 0.0}
+        total = 0.0
+        for e in prof.events():
+            chain, parent = [], e.cpu_parent
+            while parent is not None:
+                chain.append(parent.name)
+                parent = parent.cpu_parent
+            if e.name == "decode_step":
+                total += e.cpu_time_total
+                us["outside_ops"] += e.self_cpu_time_total
+            elif "decode_step" not in chain:
+                continue
+            elif e.name == "sample" or "sample" in chain:
+                us["sampling"] += e.self_cpu_time_total
+            elif e.name in ("aten::mm", "aten::addmm", "aten::bmm"):
+                us["matmul"] += e.self_cpu_time_total
+            elif "attention" in e.name:
+                us["attention"] += e.self_cpu_time_total
+            else:
+                us["other_ops"] += e.self_cpu_time_total
+        return {k: round(v / total, 3) for k, v in us.items()}
     await engine.chat(ChatRequest(messages=[{"role": "user", "content": "Hi"}], model="m",
                                   sampling=SamplingParams(max_tokens=4)))  # first-call costs, untimed
     out = {"engine_dtype": engine.dtype, "linear_weights": weights, "by_concurrency": {}}
@@ -87,7 +124,7 @@ async def main():
         out["by_concurrency"][str(n)] = {"decode_gflops": round(med("decode_gflops"), 2),
                                          "decode_tok_s": round(med("decode_tok_s"), 1), "tok_s": round(med("tok_s"), 1),
                                          "ms_per_step": round(med("ms_per_step"), 2),
-                                         "runs": rows}
+                                         "runs": rows, "share_of_step": await breakdown(n)}
     await engine.stop()
     import art_train
     print("RESULT " + json.dumps({"art_train": art_train.__file__, **out}), flush=True)

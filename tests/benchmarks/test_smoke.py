@@ -143,6 +143,9 @@ def check_engine_flops(doc: dict[str, Any]) -> None:
     # 2 requests of 4 tokens: the first token of each from the prefill, 3 decode steps of 2 rows
     assert level["runs"][0]["decode_tokens"] == 6 and level["runs"][0]["decode_steps"] == 3
     assert level["decode_gflops"] > 0 and 0 < level["fraction"]
+    shares = level["share_of_step"]
+    assert set(shares) == {"matmul", "attention", "other_ops", "sampling", "outside_ops"}
+    assert shares["matmul"] > 0 and 0.8 < sum(shares.values()) < 1.05, shares
 
 
 def check_sft_step(doc: dict[str, Any]) -> None:
