@@ -9,7 +9,7 @@ import torch
 
 from art_train.engines.base import SamplingParams
 from art_train.engines.kv import SPARE, GrowingLayer, drop_leading, grow_in_place, select_rows
-from art_train.engines.transformers.scheduler import Seq, choose
+from art_train.engines.transformers.scheduler import BLOCK, Seq, choose, inverse_cdf
 from art_train.lora import BaseWeights, load_lora
 
 
@@ -45,6 +45,33 @@ def test_sampler_temperature_top_p_greedy_and_seeds() -> None:
     assert choose(logits[:5], _seqs(5, temperature=0.0)).tolist() == [0] * 5
     first = choose(logits[:8], _seqs(8, seed=3)).tolist()
     assert first == choose(logits[:8], _seqs(8, seed=3)).tolist()
+
+
+def test_inverse_cdf_in_blocks_picks_what_one_running_sum_picks() -> None:
+    gen = torch.Generator().manual_seed(0)
+    vocab = 3 * BLOCK + 77  # not a whole number of blocks
+    probs = torch.rand(64, vocab, generator=gen) ** 8  # peaked, with many tiny entries
+    probs[:, BLOCK:2 * BLOCK] = 0  # a whole block of probability 0
+    probs[:, -100:] = 0  # a zero tail, padding after it
+    probs[::2, : BLOCK // 2] = 0
+    probs = probs / probs.sum(-1, keepdim=True)
+    draws = torch.rand(64, 1, dtype=torch.float64, generator=gen)
+    draws[:4, 0] = torch.tensor([0.0, 1 - 2**-53, 0.5, 1e-12])  # the ends of the interval
+    full = probs.to(torch.float64).cumsum(-1)
+    expected = torch.searchsorted(full, draws * full[:, -1:], right=True)[:, 0]
+    last_nonzero = vocab - 1 - (probs.flip(-1) > 0).long().argmax(-1)
+    expected = torch.minimum(expected, last_nonzero)
+    chosen = inverse_cdf(probs, draws)
+    assert bool((probs.gather(1, chosen[:, None]) > 0).all())  # never a token of probability 0
+    assert chosen.tolist() == expected.tolist()
+
+
+def test_inverse_cdf_never_picks_a_zero_tail_at_a_draw_of_one() -> None:
+    probs = torch.zeros(2, 2 * BLOCK + 5)
+    probs[0, 3], probs[0, 10] = 0.25, 0.75
+    probs[1, BLOCK + 1] = 1.0
+    chosen = inverse_cdf(probs, torch.ones(2, 1, dtype=torch.float64))  # the total itself: past every interval
+    assert chosen.tolist() == [10, BLOCK + 1]
 
 
 def test_growing_cache_matches_the_dynamic_cache(tiny_model_path: Path) -> None:
