@@ -353,7 +353,8 @@ def choose(logits: torch.Tensor, seqs: list[Seq]) -> torch.Tensor:
     for i, s in enumerate(seqs):
         if s.generator is not None:
             draws[i, 0] = torch.rand((), dtype=torch.float64, generator=s.generator, device=logits.device)
-    return torch.where(greedy, logits.argmax(-1), inverse_cdf(probs, draws))
+    chosen = inverse_cdf(probs, draws)
+    return torch.where(greedy, logits.argmax(-1), chosen) if bool(greedy.any()) else chosen
 
 
 BLOCK = 1024  # vocabulary entries per block of `inverse_cdf`
@@ -362,14 +363,13 @@ BLOCK = 1024  # vocabulary entries per block of `inverse_cdf`
 def inverse_cdf(probs: torch.Tensor, draws: torch.Tensor) -> torch.Tensor:
     """Row i's token whose interval of the CDF holds draws[i] x the row's total, never one of probability 0.
 
-    In two levels, so only one block a row is summed token by token: the blocks' totals (float64) pick
-    the block, then that block's running sum picks the token. Summing the whole [B, V] in float64 cost
-    ~4x more at 64 rows of a 49k vocabulary.
+    In two levels, so only one block a row is summed token by token in float64: the blocks' totals pick
+    the block, then that block's running sum picks the token.
     """
     rows, vocab = probs.shape
     pad = -vocab % BLOCK
     blocks = torch.nn.functional.pad(probs, (0, pad)).view(rows, -1, BLOCK) if pad else probs.view(rows, -1, BLOCK)
-    totals = blocks.sum(-1, dtype=torch.float64)  # [B, nb]
+    totals = blocks.sum(-1).to(torch.float64)  # [B, nb]; summed in float32: a float64 sum copies all of [B, V]
     cdf = totals.cumsum(-1)
     target = draws * cdf[:, -1:]  # [B, 1]
     # strictly below the draw: a block or token of probability 0 (an empty interval) is never picked
