@@ -134,7 +134,8 @@ class TransformersEngine:
         vocab = getattr(self.model.get_output_embeddings(), "out_features", None) or len(self.tokenizer)
         self.grammars = Grammars(self.tokenizer, vocab, sorted(self.eos_ids))  # compiles on first use
         self.scheduler = Scheduler(self._model_for, self.tokenizer, self.eos_ids, self.torch_device, self.cache_dtype,
-                                   self.prefix, self.stats, self.max_batch)
+                                   self.prefix, self.stats, self.max_batch,
+                                   prefix_dtype=weights_dtype if self.cache_dtype is not None else None)
         self.renderer = Renderer(self.tokenizer, self.parser, self.eos_ids, self.stats)
         logger.info("transformers engine ready: %s on %s", path, self.torch_device)
 

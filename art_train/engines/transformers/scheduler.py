@@ -71,12 +71,13 @@ class Scheduler:
         eos_ids: token ids that end a reply.
         device: where the batch tensors live; cache_dtype: float32 keys and values for a half-precision
             model on CPU (None: the model's); prefix: the prefix cache (None: off); stats: counters shared
-            with the engine; max_batch: rows per adapter's batch.
+            with the engine; max_batch: rows per adapter's batch; prefix_dtype: what the prefix cache stores
+            keys and values in (a half-precision model's own dtype when its cache is float32; None: as held).
     """
 
     def __init__(self, model_for: Callable[[str | None, set[str | None]], Any], tokenizer: Any, eos_ids: set[int],
                  device: torch.device, cache_dtype: torch.dtype | None, prefix: PrefixCache | None,
-                 stats: dict[str, int], max_batch: int) -> None:
+                 stats: dict[str, int], max_batch: int, prefix_dtype: torch.dtype | None = None) -> None:
         self.model_for = model_for
         self.tokenizer = tokenizer
         self.eos_ids = eos_ids
@@ -85,6 +86,7 @@ class Scheduler:
         self.prefix = prefix
         self.stats = stats
         self.max_batch = max_batch
+        self.prefix_dtype = prefix_dtype
         self.incoming: queue.Queue[Seq | Callable[[set[str | None]], None] | None] = queue.Queue()
         self.stopping = False
 
@@ -256,8 +258,8 @@ class Scheduler:
         if self.prefix is None or seq.error is not None or int(cols.sum()) != len(tokens):
             return
         # a half-precision model's keys and values are half-precision numbers held in a float32 cache:
-        # kept at the model's precision they are the same numbers in half the bytes
-        dtype = next(batch.model.parameters()).dtype if self.cache_dtype is not None else None
+        # kept at the model's precision (prefix_dtype) they are the same numbers in half the bytes
+        dtype = self.prefix_dtype
         keys = [layer.keys[row][:, cols].to(dtype) for layer in batch.cache.layers]
         values = [layer.values[row][:, cols].to(dtype) for layer in batch.cache.layers]
         self.prefix.store(seq.adapter, seq.generation, tokens, keys, values)
