@@ -23,12 +23,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
 
 from _trees import cpu_isa, run_in_tree, short_commit
+from decode_bandwidth import median_s
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "engine_flops.json"
@@ -138,21 +138,12 @@ def limits(size: int, stream_floats: int, runs: int) -> dict:
     """The machine's matmul FLOP/s per dtype and a plain sum's bandwidth, medians of `runs`."""
     import torch
 
-    def median_s(fn) -> float:  # noqa: ANN001
-        fn()
-        times = []
-        for _ in range(runs):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        return statistics.median(times)
-
     out = {"matmul_size": size, "matmul_gflops": {}}
     for dtype in (torch.float32, torch.bfloat16):
         a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
-        out["matmul_gflops"][str(dtype).removeprefix("torch.")] = round(2 * size**3 / median_s(lambda a=a, b=b: a @ b) / 1e9, 1)
+        out["matmul_gflops"][str(dtype).removeprefix("torch.")] = round(2 * size**3 / median_s(lambda a=a, b=b: a @ b, runs) / 1e9, 1)
     big = torch.ones(stream_floats)
-    out["stream_gb_s"] = round(big.numel() * 4 / median_s(lambda: big.sum()) / 1e9, 1)
+    out["stream_gb_s"] = round(big.numel() * 4 / median_s(lambda: big.sum(), runs) / 1e9, 1)
     return out
 
 

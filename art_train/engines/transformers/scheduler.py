@@ -338,8 +338,9 @@ def choose(logits: torch.Tensor, seqs: list[Seq]) -> torch.Tensor:
     """Sample one token per row: temperature, top-p, then the inverse CDF at one uniform draw per row.
 
     One draw per row, not one per vocabulary entry: drawing 32 x 49k exponentials (the
-    exponential race) took ~30 ms a decode step on CPU. The CDF is summed in float64 so even
-    tokens of probability ~1e-9 keep their own interval. Seeded rows draw from their own generator.
+    exponential race) took ~30 ms a decode step on CPU. Within a block (`inverse_cdf`) the CDF is summed
+    in float64 so even tokens of probability ~1e-9 keep their own interval; the block totals are float32
+    sums. Seeded rows draw from their own generator.
     """
     greedy = torch.tensor([s.params.temperature <= 0 for s in seqs], device=logits.device)
     if bool(greedy.all()):  # held-out scoring: nothing to draw
