@@ -427,26 +427,36 @@ def cpu_has_native_bf16() -> bool:
     return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in checks)
 
 
-def load_causal_lm(path: str | os.PathLike[str], dtype: str = "auto", device: str | None = None) -> Any:
+def load_causal_lm(path: str | os.PathLike[str], dtype: str = "auto", device: str | None = None, *,
+                   empty: bool = False) -> Any:
     """A causal LM from a model folder; ``dtype="auto"`` is bfloat16 on GPU, float32 on CPU.
 
     Attention is SDPA, or eager for architectures without SDPA support (GPT-OSS, whose attention
     sinks SDPA cannot express). The model is in eval mode on `device` (default: cuda if available, else cpu).
+    With `empty`, only its shapes: every weight and buffer on the meta device, nothing read from the
+    weights files (a trainer rank that receives its shard of the base: `trainer.fsdp`).
     """
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+
+    def build(attn: str) -> Any:
+        if not empty:
+            return AutoModelForCausalLM.from_pretrained(str(path), dtype=_torch_dtype(dtype, device),
+                                                        attn_implementation=attn)
+        with torch.device("meta"):
+            return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(path)),
+                                                    dtype=_torch_dtype(dtype, device), attn_implementation=attn)
+
     try:
-        model = AutoModelForCausalLM.from_pretrained(
-            str(path), dtype=_torch_dtype(dtype, device), attn_implementation="sdpa"
-        )
+        model = build("sdpa")
     except ValueError as exc:
         if "sdpa" not in str(exc).lower() and "scaled_dot_product" not in str(exc).lower():
             raise
         logger.info("%s does not support SDPA attention: loading with eager attention", path)
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=_torch_dtype(dtype, device), attn_implementation="eager")
-    return model.to(device).eval()  # type: ignore[arg-type]  # transformers types `to` badly
+        model = build("eager")
+    return (model if empty else model.to(device)).eval()  # type: ignore[arg-type]  # transformers types `to` badly
 
 
 def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

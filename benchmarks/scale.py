@@ -11,6 +11,11 @@ Two arms, each setting in a fresh process (a replica set or a process group woul
            (`Ranks(2, "cpu")`, what `BackendConfig(train_procs=2)` builds); wall seconds per `train` call.
            The first step is reported apart (`first_step_s`: on 2 ranks it starts rank 1 and joins the
            gloo group); `step_s` is the median of the rest.
+  fsdp     the step arm on 2 ranks with the frozen base sharded (`Ranks(2, "cpu", shard="fsdp")`, what
+           `BackendConfig(train_procs=2, train_shard="fsdp")` builds).
+Each step setting also reports every rank's peak RSS (`peak_rss_bytes`, rank 0 first), and ranks 1..N-1's
+peak when rank 0 starts tokenizing the first step (`load_peak_rss_bytes`: after they loaded, or received,
+their base; before their first forward).
 
 Run (heavy: under the shared lock):
     flock /tmp/art-heavy.lock .venv/bin/python benchmarks/scale.py [--base-model smollm2-135m]
@@ -119,7 +124,13 @@ def make_groups(groups: int, group_size: int, prompt_words: int, completion: int
     return out
 
 
-def step(base_model: str, procs: int, steps: int, shape: dict[str, int]) -> dict[str, Any]:
+def peak_rss(pid: int | None = None) -> int:
+    """A process's peak resident set (VmHWM) in bytes; this one's when `pid` is None."""
+    text = Path(f"/proc/{pid or 'self'}/status").read_text()
+    return int(next(line.split()[1] for line in text.splitlines() if line.startswith("VmHWM:"))) * 1024
+
+
+def step(base_model: str, procs: int, steps: int, shape: dict[str, int], shard: str | None = None) -> dict[str, Any]:
     import torch
 
     import art_core as art
@@ -127,20 +138,28 @@ def step(base_model: str, procs: int, steps: int, shape: dict[str, int]) -> dict
     from art_train.trainer.distributed import Ranks
 
     model = art.TrainableModel(name="scale", project="bench", base_model=base_model)
-    ranks = Ranks(procs, "cpu", timeout_s=600) if procs > 1 else None
+    ranks = Ranks(procs, "cpu", timeout_s=600, shard=shard) if procs > 1 else None
     trainer = Trainer(model, art.RunDir("bench", "scale", root=tempfile.mkdtemp()), device="cpu", ranks=ranks)
     groups = make_groups(**shape)
     rows = []
+    loaded: list[int] = []
+
+    def at_load(event: dict[str, Any]) -> None:
+        if ranks is not None and not loaded and event["phase"] == "tokenize":
+            loaded.extend(peak_rss(pid) for pid in ranks.pids())
+
     try:
         for _ in range(steps):
             t0 = time.perf_counter()
-            m = trainer.train(groups, art.TrainConfig(learning_rate=1e-5)).metrics
+            m = trainer.train(groups, art.TrainConfig(learning_rate=1e-5), progress=at_load).metrics
             rows.append({"wall_s": time.perf_counter() - t0, "forward_backward_s": m["time/forward_backward_s"],
                          "trained_tokens": m["trained_tokens"], "loss": m["loss"]})
+        peaks = [peak_rss(), *(peak_rss(pid) for pid in (ranks.pids() if ranks else []))]
     finally:
         if ranks is not None:
             ranks.stop()
-    return {"procs": procs, "rank0_torch_threads": torch.get_num_threads(), "steps": rows}
+    return {"procs": procs, "shard": shard, "rank0_torch_threads": torch.get_num_threads(), "steps": rows,
+            "peak_rss_bytes": peaks, "load_peak_rss_bytes": loaded}
 
 
 # -- the parent: alternate fresh processes, take medians ------------------------------------------
@@ -166,6 +185,7 @@ def main() -> None:
     ap.add_argument("--completion", type=int, default=64)
     ap.add_argument("--child", choices=["rollout", "step"], help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--shard", choices=["fsdp"], default=None, help=argparse.SUPPRESS)
     ap.add_argument("--smoke", action="store_true", help="tiny model, smallest sizes; to --out or a temp file")
     ap.add_argument("--out", type=Path, default=None, help=f"results file (default {RESULTS})")
     args = ap.parse_args()
@@ -176,7 +196,8 @@ def main() -> None:
         print("RESULT " + json.dumps(found), flush=True)  # noqa: T201 - to the parent
         return
     if args.child == "step":
-        print("RESULT " + json.dumps(step(args.base_model, args.n, args.steps, shape)), flush=True)  # noqa: T201
+        print("RESULT " + json.dumps(step(args.base_model, args.n, args.steps, shape, args.shard)),  # noqa: T201
+              flush=True)
         return
 
     out_path = args.out or RESULTS
@@ -211,19 +232,25 @@ def main() -> None:
         tok_s = {n: statistics.median(r["tokens_per_s"] for r in rs) for n, rs in runs.items()}
         result["rollout"] = {"runs": runs, "replicas_1_tok_s": tok_s["1"], "replicas_2_tok_s": tok_s["2"]}
         result["replicas_2_over_1"] = tok_s["2"] / tok_s["1"]
+    settings = [(n, None) for n in (1, 2) if "step" in arms] + [(2, "fsdp")] * ("fsdp" in arms)
+    steps: dict[str, dict[str, Any]] = {}
+    for n, shard in settings:
+        common = ["--base-model", args.base_model, "--steps", str(args.steps),
+                  *(x for k, v in shape.items() for x in (f"--{k.replace('_', '-')}", str(v)))]
+        r = child(["--child", "step", "--n", str(n), *common, *(["--shard", shard] if shard else [])])
+        walls = [s["wall_s"] for s in r["steps"]]
+        r["first_step_s"], r["step_s"] = walls[0], statistics.median(walls[1:])
+        name = f"{n}-{shard}" if shard else str(n)
+        steps[name] = r
+        print(f"step ranks={name}: first {walls[0]:.2f} s, then median {r['step_s']:.2f} s, peak RSS per rank "  # noqa: T201
+              f"{[round(b / 1e6) for b in r['peak_rss_bytes']]} MB (ranks 1.. at load "
+              f"{[round(b / 1e6) for b in r['load_peak_rss_bytes']]} MB)", flush=True)
     if "step" in arms:
-        steps: dict[str, dict[str, Any]] = {}
-        for n in (1, 2):
-            common = ["--base-model", args.base_model, "--steps", str(args.steps),
-                      *(x for k, v in shape.items() for x in (f"--{k.replace('_', '-')}", str(v)))]
-            r = child(["--child", "step", "--n", str(n), *common])
-            walls = [s["wall_s"] for s in r["steps"]]
-            r["first_step_s"], r["step_s"] = walls[0], statistics.median(walls[1:])
-            steps[str(n)] = r
-            print(f"step ranks={n}: first {walls[0]:.2f} s, then median {r['step_s']:.2f} s", flush=True)  # noqa: T201
         result["step"] = {"ranks": steps, "ranks_1_step_s": steps["1"]["step_s"], "ranks_2_step_s": steps["2"]["step_s"],
                           "ranks_2_first_step_s": steps["2"]["first_step_s"]}
         result["ranks_2_over_1"] = steps["2"]["step_s"] / steps["1"]["step_s"]  # > 1: 2 ranks are slower
+    if "fsdp" in arms:
+        result["fsdp"] = steps["2-fsdp"]
     result["wall_s"] = time.perf_counter() - t_all
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps(result, indent=2) + "\n")

@@ -17,11 +17,13 @@ between steps for as long as rollouts take):
   forwards, which need every rank's shard;
 - `Stop`.
 
-With `shard="fsdp"` every rank shards its frozen base when a model registers (`Policy.shard_base`).
+With `shard="fsdp"` every rank shards its frozen base when a model registers (`Policy.shard_base`): rank 0
+loads it whole and sends each rank its shard; ranks 1..N-1 never hold more than one weight whole.
 
 Only rank 0 writes checkpoints, the journal and history. A step that fails on any rank stops ranks
 1..N-1 (a dead peer fails the collectives at once; a hung one after `timeout_s`) and raises on rank
-0, where the `Trainer` rolls back as for any failed step; the next step starts them again.
+0, where the `Trainer` rolls back as for any failed step; the next step starts them again. With a sharded
+base, rank 0 first reads its base again from disk (`Trainer.reload_base`) and shards it over the new ranks.
 """
 
 from __future__ import annotations
@@ -164,10 +166,12 @@ class Stop:
 
 @dataclass(frozen=True)
 class Worker:
-    """Where a `Trainer` sits in the group: rank 0 (through `Ranks`) writes, the others follow."""
+    """Where a `Trainer` sits in the group: rank 0 (through `Ranks`) writes, the others follow. With `shard`
+    "fsdp" the Trainer builds its base empty and takes its shard from rank 0 (`fsdp.shard_base`)."""
 
     rank: int
     world: int
+    shard: str | None = None
 
 
 def backend(device: str) -> str:
@@ -235,12 +239,19 @@ class ChildRanks:
 
     host = "127.0.0.1"
 
+    def env(self, rank: int, world: int, port: int, device: str, timeout_s: float) -> dict[str, str]:
+        """Rank `rank`'s environment: torchrun's variables, and rank 0's import path (`sys.path`) in place of
+        the working directory that `python -c` would put first (another checkout's art_train, say, whose
+        collectives would not meet rank 0's)."""
+        path = os.pathsep.join(os.getcwd() if p == "" else p for p in sys.path)
+        return {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": self.host,
+                "MASTER_PORT": str(port), "ART_TRAIN_DEVICE": device, "ART_TRAIN_TIMEOUT_S": str(timeout_s),
+                "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // world)), "PYTHONPATH": path,
+                "PYTHONSAFEPATH": "1"}
+
     def start(self, rank: int, world: int, port: int, device: str, timeout_s: float) -> RankProcess:
-        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": self.host,
-               "MASTER_PORT": str(port), "ART_TRAIN_DEVICE": device, "ART_TRAIN_TIMEOUT_S": str(timeout_s),
-               "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // world))}
         main = "from art_train.trainer.rank import main; main()"  # not -m: one Step class
-        return _Child(subprocess.Popen([sys.executable, "-c", main], env=env))
+        return _Child(subprocess.Popen([sys.executable, "-c", main], env=self.env(rank, world, port, device, timeout_s)))
 
 
 class Ranks:
@@ -362,9 +373,7 @@ class Ranks:
         key = str(trainer.rundir.path)
         with self.lock:
             if key not in self._registered and trainer.policy.root is not None:  # the other shards left with the ranks
-                raise RuntimeError(f"{key}: its base was sharded over trainer ranks that have stopped since (a failed "
-                                   "step stops them), so its weights are incomplete here; restart the service "
-                                   "(train_shard='fsdp' cannot start the ranks again)")
+                trainer.reload_base()
             if self._procs and any(p.wait(0) is not None for p in self._procs):
                 logger.warning("trainer %s since the last step: starting ranks 1..%d again", self._dead(),
                                self.world - 1)
@@ -384,8 +393,9 @@ class Ranks:
             except Exception as exc:
                 dead = self._dead()
                 self._teardown()
-                again = ("restart the service: with train_shard='fsdp' the other shards of the base left with them"
-                         if self.shard else "they start again, from the newest checkpoint, with the next step")
+                again = "they start again, from the newest checkpoint, with the next step"
+                if self.shard:
+                    again += " (and rank 0 reads its base again from disk: the other shards left with them)"
                 if dead or isinstance(exc, dist.DistError) or "gloo" in str(exc) or "NCCL" in str(exc):
                     raise RankFailedError(
                         f"step {step} failed on the trainer's ranks ({dead or f'{type(exc).__name__}: {exc}'}); "

@@ -15,8 +15,11 @@ Two rules follow from the all-gathers, which every rank must run in the same ord
   which `row_logprobs` reads outside any module call, are gathered around it. Forwards between steps (the
   weight-sync probe) are collective too: rank 0 sends them to the other ranks (`distributed.Logprobs`).
 
-Each rank loads the whole base before sharding it, and rank 0 keeps it whole until the first step. A failed
-step stops the other ranks and their shards with them: rank 0 then asks for a restart (`Ranks`).
+Only rank 0 reads the base from disk, whole, and keeps it so until the model registers with the ranks (its
+first step); ranks 1..N-1 build it empty (meta device) and receive their shards from rank 0 one weight at a
+time (torch's `set_model_state_dict` with `broadcast_from_rank0`), so none of them holds more than one
+weight whole. A failed step stops the other ranks and their shards with them: the next step starts them
+again and rank 0 reads its base from disk again (`Trainer.reload_base`).
 """
 
 from __future__ import annotations
@@ -50,9 +53,11 @@ class LogprobRoot(nn.Module):
 def shard_base(causal_lm: nn.Module, device: str) -> LogprobRoot:
     """Shard `causal_lm`'s frozen weights over the default process group; trainable ones stay whole.
 
-    Every rank must call this with the same weights (each keeps its 1/N). Returns the root every forward
-    must go through from now on.
+    Every rank calls this; rank 0's weights (and buffers) are the ones every rank ends up with: the other
+    ranks may call it with an empty model (meta device) and receive their shards. Returns the root every
+    forward must go through from now on.
     """
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.fsdp import fully_shard
 
@@ -61,6 +66,7 @@ def shard_base(causal_lm: nn.Module, device: str) -> LogprobRoot:
         raise ValueError(f"train_shard='fsdp' shards a decoder's `layers` ModuleList, and {type(causal_lm).__name__}'s "
                          "decoder has none; train it with train_shard=None")
     mesh = DeviceMesh.from_group(dist.group.WORLD, device.split(":")[0])  # type: ignore[arg-type]
+    whole = dict(causal_lm.state_dict()) if dist.get_rank() == 0 else {}  # rank 0's full weights, sent below
     lora = {p for p in causal_lm.parameters() if p.requires_grad}
     for layer in layers:
         fully_shard(layer, mesh=mesh, ignored_params=lora)
@@ -69,6 +75,13 @@ def shard_base(causal_lm: nn.Module, device: str) -> LogprobRoot:
     # after a forward without grad, and rank 0's `state_dict()` (saving the LoRA) would then reshard it on
     # rank 0 alone, so the next forward all-gathers it there and not elsewhere (a collective mismatch)
     fully_shard(root, mesh=mesh, ignored_params=lora, reshard_after_forward=True)
+    if any(t.is_meta for t in [*causal_lm.parameters(), *causal_lm.buffers()]):
+        causal_lm.to_empty(device=device)  # room for this rank's shards (and the LoRA): rank 0's values arrive next
+    set_model_state_dict(causal_lm, whole, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    del whole
+    with torch.no_grad():  # the buffers, non-persistent ones (rotary frequencies) included: no state_dict has them
+        for _, buffer in sorted(causal_lm.named_buffers()):
+            dist.broadcast(buffer, src=0)
     return root
 
 

@@ -44,7 +44,7 @@ def serve_rank(rank: int, world: int, addr: str, port: int, device: str, timeout
         if isinstance(command, Register):
             model = TrainableModel.model_validate_json(command.model)
             trainer = Trainer(model, command.rundir, base_path=command.base_path, device=device,
-                              ranks=Worker(rank, world))
+                              ranks=Worker(rank, world, command.shard))
             if trainer.step != command.step:
                 raise RuntimeError(f"rank {rank}: the newest checkpoint of {command.key} is {trainer.step}, "
                                    f"rank 0 is at {command.step}")

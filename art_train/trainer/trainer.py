@@ -99,22 +99,12 @@ class Trainer:
         device: str | None = None,
         ranks: Ranks | Worker | None = None,
     ) -> None:
-        from peft import LoraConfig, PeftModel, get_peft_model
-
         self.model = model
-        self.model_config = config = model.config
+        self.model_config = model.config
         self.rundir = rundir
         self.checkpoints = Checkpoints(rundir)
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.base_path = Path(base_path) if base_path is not None else resolve_base_model(model.base_model)
-        tokenizer = load_tokenizer(self.base_path)
-        chat_template = chat_template_for(tokenizer, config)
-        prefix_preserving = check_prefix_preserving(tokenizer, chat_template)
-        if not prefix_preserving:
-            logger.warning("chat template is not prefix-preserving: multi-turn histories are split at the breaks")
-        base = load_causal_lm(self.base_path, config.dtype, self.device)
-        if config.gradient_checkpointing:
-            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.ranks = ranks
         writes = ranks is None or ranks.rank == 0
         if writes:
@@ -123,20 +113,9 @@ class Trainer:
         latest = self.checkpoints.latest()
         if latest is None and not writes:
             raise RuntimeError(f"{rundir.path} has no checkpoint: rank 0 saves step 0 before the other ranks start")
-        if latest is None:
-            torch.manual_seed(config.seed)
-            lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
-                              target_modules=list(config.target_modules), task_type="CAUSAL_LM")
-            peft: PeftModel = get_peft_model(base, lora)
-        else:
-            peft = PeftModel.from_pretrained(base, str(self.checkpoints.path(latest)), is_trainable=True)
-        optimizer = torch.optim.AdamW([p for p in peft.parameters() if p.requires_grad], lr=1e-5)
-        self.policy = Policy(peft=peft, optimizer=optimizer, tokenizer=tokenizer, chat_template=chat_template,
-                             device=self.device, max_seq_len=config.max_seq_len,
-                             gradient_checkpointing=config.gradient_checkpointing,
-                             prefix_preserving=prefix_preserving,
-                             autocast=training_autocast(config.autocast, self.device),
-                             rank=ranks.rank if ranks else 0, world=ranks.world if ranks else 1)
+        # a rank that receives its shard of the base from rank 0 never reads the whole of it (`fsdp.shard_base`)
+        self.policy = self._policy(latest, empty=isinstance(ranks, Worker) and ranks.shard == "fsdp")
+        optimizer = self.policy.optimizer
         if latest is None:
             self.step = 0
             self._save(0)
@@ -144,12 +123,58 @@ class Trainer:
             self.step = latest
             self.checkpoints.load_optimizer(latest, optimizer, self.device)
             logger.info("resumed %s at step %d", rundir.path, latest)
-        peft.eval()
+        self.policy.peft.eval()
         self._reference = HalfPrecisionReference(self.base_path, self.device)
         self._trained: tuple[int, list[list[int]]] | None = None  # (step, its trained sequences' ids)
         self.save_in_background = False  # see `wait_saved`; the service turns it on for an in-process engine
         self._pool: ThreadPoolExecutor | None = None
         self._saving: tuple[Future[None], tuple[Any, ...]] | None = None  # the write in flight and its arguments
+
+    def _policy(self, latest: int | None, *, empty: bool = False) -> Policy:
+        """The base model with the LoRA of checkpoint `latest` (a new one, seeded, when None) and a fresh AdamW.
+        `empty`: the base's weights on the meta device and the LoRA's uninitialised, for rank 0 to send."""
+        from peft import LoraConfig, PeftModel, get_peft_model
+
+        config = self.model_config
+        tokenizer = load_tokenizer(self.base_path)
+        chat_template = chat_template_for(tokenizer, config)
+        prefix_preserving = check_prefix_preserving(tokenizer, chat_template)
+        if not prefix_preserving:
+            logger.warning("chat template is not prefix-preserving: multi-turn histories are split at the breaks")
+        base = load_causal_lm(self.base_path, config.dtype, self.device, empty=empty)
+        if config.gradient_checkpointing:
+            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if latest is None or empty:
+            torch.manual_seed(config.seed)
+            lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
+                              target_modules=list(config.target_modules), task_type="CAUSAL_LM")
+            peft: PeftModel = get_peft_model(base, lora)
+        else:
+            peft = PeftModel.from_pretrained(base, str(self.checkpoints.path(latest)), is_trainable=True)
+        if empty:  # the LoRA is small and whole on every rank: real tensors (their values come from rank 0)
+            for module in peft.modules():
+                if any(p.requires_grad and p.is_meta for p in module.parameters(recurse=False)):
+                    module.to_empty(device=self.device, recurse=False)
+        optimizer = torch.optim.AdamW([p for p in peft.parameters() if p.requires_grad], lr=1e-5)
+        return Policy(peft=peft, optimizer=optimizer, tokenizer=tokenizer, chat_template=chat_template,
+                      device=self.device, max_seq_len=config.max_seq_len,
+                      gradient_checkpointing=config.gradient_checkpointing, prefix_preserving=prefix_preserving,
+                      autocast=training_autocast(config.autocast, self.device),
+                      rank=self.ranks.rank if self.ranks else 0, world=self.ranks.world if self.ranks else 1)
+
+    def reload_base(self) -> None:
+        """Rank 0, once the ranks that held the other shards of its base have stopped: the base read again from
+        disk, whole, with the adapter and optimizer of the newest checkpoint (where a failed step left them), to
+        be sharded over the ranks that start next. The optimizer keeps its hyperparameters."""
+        self.wait_saved()
+        old = self.policy.optimizer.param_groups
+        logger.warning("reloading %s's base from %s: its other shards left with the stopped ranks", self.rundir.path,
+                       self.base_path)
+        self.policy = self._policy(self.step)
+        self.checkpoints.load_optimizer(self.step, self.policy.optimizer, self.device)
+        for group, before in zip(self.policy.optimizer.param_groups, old, strict=True):
+            group.update({k: before[k] for k in ("lr", "weight_decay", "betas")})
+        self.policy.peft.eval()
 
     # the policy's parts, under the names callers use
     @property

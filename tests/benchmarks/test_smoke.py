@@ -122,6 +122,9 @@ def check_scale(doc: dict[str, Any]) -> None:
     _keys(doc, "machine", "workload", "command", "why", "rollout", "step", "replicas_2_over_1", "ranks_2_over_1")
     assert doc["replicas_2_over_1"] > 0 and doc["ranks_2_over_1"] > 0
     assert doc["step"]["ranks"]["2"]["steps"][0]["trained_tokens"] == doc["step"]["ranks"]["1"]["steps"][0]["trained_tokens"]
+    assert doc["fsdp"]["steps"][0]["trained_tokens"] == doc["step"]["ranks"]["1"]["steps"][0]["trained_tokens"]
+    assert len(doc["fsdp"]["peak_rss_bytes"]) == 2 and min(doc["fsdp"]["peak_rss_bytes"]) > 0
+    assert len(doc["fsdp"]["load_peak_rss_bytes"]) == 1
 
 
 def check_swap_cost(doc: dict[str, Any]) -> None:
@@ -195,7 +198,7 @@ SMOKES: dict[str, tuple[list[str], str, Callable[[dict[str, Any]], None]]] = {
     "observability": ([], "--out", check_observability),
     "reliability": ([], "--out", check_reliability),
     "ruler_tokens": ([], "--out", check_ruler_tokens),
-    "scale": ([], "--out", check_scale),
+    "scale": (["--arms", "rollout,step,fsdp"], "--out", check_scale),
     "serve": (["--arms", "embedded,fp32,hf"], "--out", check_serve),
     "sft_step": ([], "--out", check_sft_step),
     "swap_cost": ([], "--out", check_swap_cost),

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ import torch
 
 import art_core as art
 from art_train.trainer import Row, Trainer
-from art_train.trainer.distributed import RankFailedError, Ranks, Worker, shard_row_groups
+from art_train.trainer.distributed import ChildRanks, RankFailedError, Ranks, Worker, shard_row_groups
 
 # 2 ranks sum the same per-row gradients in another order (each rank's partial sum, then all_reduce), so
 # the step's gradient differs from 1 rank's by float32 rounding only (~3e-7 of its largest element,
@@ -106,6 +108,24 @@ def test_rank_shares_sum_to_the_one_rank_gradient(tiny_model_path: Path, tmp_pat
         assert whole is not None
         parts = (a if a is not None else 0) + (b if b is not None else 0)
         assert float((whole - parts).abs().max()) <= 1e-6 * float(whole.abs().max())  # measured ~3e-7
+
+
+def test_a_child_rank_imports_rank_0s_code_not_the_working_directorys(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rank started from a folder holding another `art_train` imports rank 0's (`python -c` would put the
+    folder first; ranks of two versions then deadlock in their first collective)."""
+    (tmp_path / "art_train").mkdir()
+    (tmp_path / "art_train" / "__init__.py").write_text("raise ImportError('the working directory\'s art_train')\n")
+    monkeypatch.chdir(tmp_path)
+    env = ChildRanks().env(1, 2, 12345, "cpu", 5.0)
+    assert (env["RANK"], env["WORLD_SIZE"], env["MASTER_PORT"], env["PYTHONSAFEPATH"]) == ("1", "2", "12345", "1")
+    import art_train
+
+    show = "import art_train; print(art_train.__file__)"
+    found = subprocess.run([sys.executable, "-c", show], env=env, capture_output=True, text=True, check=True)
+    assert found.stdout.strip() == art_train.__file__
+    plain = subprocess.run([sys.executable, "-c", show], capture_output=True, text=True)  # what -c alone does
+    assert plain.returncode != 0 and "the working directory's art_train" in plain.stderr
 
 
 def test_art_serve_takes_train_procs() -> None:
