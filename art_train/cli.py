@@ -72,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--replicas", type=_positive, default=1,
                    help="engine replicas behind the endpoint, each its own process (default 1: one engine in this "
                         "process, or one vLLM server); see docs/serving.md, 'Replicas'")
+    s.add_argument("--replica-devices", nargs="+", default=None, metavar="DEVICES",
+                   help="with --replicas N: the GPUs each replica sees, one CUDA_VISIBLE_DEVICES value per replica "
+                        "(e.g. --replica-devices 4,5 6,7), so inference runs on GPUs the trainer ranks do not use")
     s.add_argument("--ray", action="store_true",
                    help="start the --replicas and trainer ranks 2..N of --train-procs as Ray actors (placed by Ray; "
                         "RAY_ADDRESS joins a cluster) instead of local processes; see docs/scaling.md")
@@ -122,6 +125,7 @@ def serve(args: argparse.Namespace) -> int:
                                          vllm_python=args.vllm_python, engine_dtype=args.engine_dtype,
                                          sync_probe_tokens=args.sync_probe_tokens, train_procs=args.train_procs,
                                          train_shard=args.train_shard, replicas=args.replicas,
+                                         replica_devices=args.replica_devices,
                                          replica_launcher="ray" if args.ray else "local",
                                          train_launcher="ray" if args.ray else "local"))
     app = create_app(service, api_key=args.api_key, max_body_bytes=int(args.max_request_mb * 2**20))

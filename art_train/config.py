@@ -113,6 +113,16 @@ class BackendConfig(BaseModel):
             "See docs/scaling.md."
         ),
     )
+    replica_devices: list[str] | None = Field(
+        None,
+        description=(
+            "The GPUs each engine replica's process sees, one CUDA_VISIBLE_DEVICES value per replica (e.g. "
+            "['4,5', '6,7'] for two vLLM replicas of tensor_parallel_size 2 beside trainer ranks on GPUs 0-3, "
+            "which use cuda:0..N-1 of the devices the server sees; or ['4,5,6,7'] for one vLLM server). With "
+            "replicas=1 only the vLLM engine has a process of its own. None: every replica sees the server's "
+            "devices. With replica_launcher='ray', Ray assigns the GPUs (replica_ray_options={'num_gpus': k})."
+        ),
+    )
     replica_ray_options: dict[str, Any] = Field(
         default_factory=dict,
         description=(
@@ -121,6 +131,23 @@ class BackendConfig(BaseModel):
             "{'num_cpus': 0, 'resources': {'inference': 1}} to place replicas on nodes that offer that resource."
         ),
     )
+
+    @model_validator(mode="after")
+    def _devices_per_replica(self) -> BackendConfig:
+        devices = self.replica_devices
+        if devices is None:
+            return self
+        if self.replica_launcher == "ray":
+            raise ValueError("replica_devices sets the GPUs of locally started replicas; with replica_launcher='ray' "
+                             "Ray assigns them: give replica_ray_options={'num_gpus': k} instead")
+        if len(devices) != self.replicas:
+            raise ValueError(f"replica_devices has {len(devices)} entries for replicas={self.replicas}: give one "
+                             "CUDA_VISIBLE_DEVICES value per replica, e.g. ['4,5', '6,7']")
+        for value in devices:
+            if not value or any(c.isspace() for c in value):
+                raise ValueError(f"replica_devices entry {value!r} is not a CUDA_VISIBLE_DEVICES value: device "
+                                 "indices or UUIDs joined by commas, without spaces, e.g. '4,5'")
+        return self
 
     @model_validator(mode="after")
     def _shard_needs_ranks(self) -> BackendConfig:

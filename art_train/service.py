@@ -129,8 +129,10 @@ class ModelService:
             path = await asyncio.to_thread(resolve_base_model, model.base_model or "")
             dtype = (self.config.engine_dtype if kind == "transformers" else None) or getattr(config, "dtype", None) or "auto"
             key = (str(path), kind, dtype)
+            devices = self.config.replica_devices
+            one_env = {"CUDA_VISIBLE_DEVICES": devices[0]} if devices and replicas == 1 else None
             build = lambda: bundled_engine(kind, path, config, self.config.device, dtype,  # noqa: E731
-                                           self.config.vllm_python)
+                                           self.config.vllm_python, one_env)
             if replicas > 1 and self.config.replica_launcher == "ray":
                 if kind != "transformers":
                     raise ServiceError(f"replica_launcher='ray' runs the embedded (transformers) engine's worker; "
@@ -142,7 +144,7 @@ class ModelService:
                 from .serving import local_launcher
 
                 launch = local_launcher(kind, path, config, self.config.device, dtype, self.config.vllm_python,
-                                        replicas)
+                                        replicas, self.config.replica_devices)
         if replicas > 1:
             from .serving import ReplicaSet
 

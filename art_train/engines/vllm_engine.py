@@ -94,11 +94,13 @@ class VLLMEngine:
         startup_timeout: float = 600.0,
         restart: bool = True,
         cpus: list[int] | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.base_model = str(base_model)
         self.model_config = model_config
         self.python = python or os.environ.get("ART_VLLM_PYTHON") or sys.executable
         self.port = port or free_port()
+        self.env = dict(env or {})  # over everything else in the server's environment (a replica's GPUs)
         self.settings: VLLMConfig = getattr(model_config, "vllm", None) or VLLMConfig()
         self.extra_args = [*self.settings.extra_args, *(extra_args or [])]
         self.startup_timeout = startup_timeout
@@ -176,7 +178,7 @@ class VLLMEngine:
                 env.setdefault("VLLM_CPU_OMP_THREADS_BIND", bind)
         if self.sleep_mode:
             env["VLLM_SERVER_DEV_MODE"] = "1"  # vLLM serves /sleep and /wake_up only in its dev mode
-        return env
+        return {**env, **self.env}
 
     def _spawn(self) -> None:
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it

@@ -41,11 +41,12 @@ class WorkerEngine:
 
     def __init__(self, base_model: str | Path, *, model_config: Any = None, device: str | None = None,
                  dtype: str | None = None, startup_timeout: float = 300.0, name: str = "worker",
-                 host: str = "127.0.0.1", threads: int | None = None) -> None:
+                 host: str = "127.0.0.1", threads: int | None = None, env: dict[str, str] | None = None) -> None:
         self.base_model = str(base_model)
         self.model_config = model_config
         self.device, self.dtype = device, dtype
         self.threads = threads  # the worker's torch threads (OMP_NUM_THREADS); None: torch's default
+        self.env = dict(env or {})  # over the rest of the worker's environment (a replica's GPUs)
         self.startup_timeout = startup_timeout
         self.host, self.port = host, free_port(host)
         self.sync_tolerance: float | None = None  # read from the worker once it is up
@@ -85,6 +86,7 @@ class WorkerEngine:
         env = {**os.environ, "ART_WORKER_KEY": self._key}
         if self.threads:
             env["OMP_NUM_THREADS"] = str(self.threads)
+        env.update(self.env)
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(self._command(), env=env, stdout=log, stderr=subprocess.STDOUT,
                                           start_new_session=True)

@@ -281,28 +281,30 @@ class ReplicaSet:
 
 
 def local_launcher(kind: str, path: Path, model_config: Any, device: str | None, dtype: str,
-                   vllm_python: str | None = None, replicas: int = 1) -> Launch:
+                   vllm_python: str | None = None, replicas: int = 1, devices: list[str] | None = None) -> Launch:
     """Starts replica i as a local process: a `WorkerEngine` (embedded engine) or a `VLLMEngine` that does not
     restart itself (the set does). On a CPU each embedded worker gets cores // `replicas` torch threads: at
     torch's default every worker takes all cores and two replicas on 2 cores served 0.15x one replica's
     tokens/s (`benchmarks/results/scale.json`). Each vLLM replica on a CPU is bound to its share of the cores
     (`core_share`, as ``VLLM_CPU_OMP_THREADS_BIND`` unless that is set): vLLM's 'auto' binding puts every
-    replica on the same cores."""
+    replica on the same cores. `devices`: replica i's process sees the GPUs ``CUDA_VISIBLE_DEVICES=devices[i]``
+    (`BackendConfig.replica_devices`), also after a restart."""
     threads = max(1, (os.cpu_count() or 1) // max(1, replicas))  # CPU ops only: harmless on a GPU
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
 
     async def launch(index: int) -> Engine:
         engine: Any
+        env = {"CUDA_VISIBLE_DEVICES": devices[index]} if devices else None
         if kind == "vllm":
             from ..engines.vllm_engine import VLLMEngine
 
             engine = VLLMEngine(path, model_config=model_config, python=vllm_python, restart=False,
-                                cpus=core_share(cpus, replicas, index) if replicas > 1 else None)
+                                cpus=core_share(cpus, replicas, index) if replicas > 1 else None, env=env)
         elif kind == "transformers":
             from .remote_engine import WorkerEngine
 
             engine = WorkerEngine(path, model_config=model_config, device=device, dtype=dtype, name=f"replica{index}",
-                                  threads=threads)
+                                  threads=threads, env=env)
         else:
             raise ValueError(f"unknown engine {kind!r}; use 'transformers' or 'vllm'")
         await engine.start()

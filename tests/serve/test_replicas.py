@@ -372,16 +372,40 @@ async def test_when_every_replica_fails_the_check_the_step_fails_and_the_previou
 
 
 # -- real: two embedded-engine worker processes on the tiny model -------------------------------------
+def _visible_devices(pid: int) -> str | None:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return next((item[len(b"CUDA_VISIBLE_DEVICES="):].decode() for item in raw
+                 if item.startswith(b"CUDA_VISIBLE_DEVICES=")), None)
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"replicas": 3, "replica_devices": ["0", "1"]}, "has 2 entries for replicas=3"),
+    ({"replicas": 1, "replica_devices": ["0", "1"]}, "has 2 entries for replicas=1"),
+    ({"replicas": 2, "replica_devices": ["0", "1 2"]}, "not a CUDA_VISIBLE_DEVICES value"),
+    ({"replicas": 2, "replica_devices": ["0", ""]}, "not a CUDA_VISIBLE_DEVICES value"),
+    ({"replicas": 2, "replica_devices": ["0", "1"], "replica_launcher": "ray"}, "Ray assigns them"),
+])
+def test_bad_replica_devices_are_refused_by_name(settings: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        BackendConfig(**settings)
+    from art_train.cli import build_parser
+
+    args = build_parser().parse_args(["serve", "--replicas", "2", "--replica-devices", "4,5", "6,7"])
+    assert args.replica_devices == ["4,5", "6,7"]
+
+
 async def test_two_worker_replicas_spread_verify_each_step_and_survive_a_sigkill(
     tiny_model_path: Path, tmp_path: Path
 ) -> None:
-    backend = LocalBackend(config=BackendConfig(path=tmp_path, device="cpu", replicas=2, sync_probe_tokens=64))
+    backend = LocalBackend(config=BackendConfig(path=tmp_path, device="cpu", replicas=2, sync_probe_tokens=64,
+                                                replica_devices=["0", "1"]))  # GPUs per replica (none used here)
     model = art.TrainableModel(name="r", project="t", base_model=str(tiny_model_path),
                                config=art.ModelConfig(max_seq_len=512))
     try:
         await model.register(backend)
         (replicas,) = backend.service.replica_sets()
         assert [r.adapters for r in replicas.replicas] == [{"r@0"}, {"r@0"}]  # each verified at step 0
+        assert [_visible_devices(r.engine.pid) for r in replicas.replicas] == ["0", "1"]  # type: ignore[union-attr]
         client = model.openai_client(max_retries=0)
 
         async def rollout(i: int) -> art.Trajectory:
@@ -426,6 +450,7 @@ async def test_two_worker_replicas_spread_verify_each_step_and_survive_a_sigkill
             await asyncio.sleep(0.2)
         assert victim.up and victim.restarts == 1 and victim.engine.pid != pid  # type: ignore[union-attr]
         assert victim.adapters >= {"r@1"}  # loaded and verified again before it serves
+        assert _visible_devices(victim.engine.pid) == "0"  # type: ignore[union-attr]  # its GPUs, after the restart
         lines = httpx.get(f"{backend.url}/metrics").text.splitlines()
         restarts = [x for x in lines if x.startswith("art_replica_restarts_total{") and 'replica="0"' in x]
         up = [x for x in lines if x.startswith("art_replica_up{")]

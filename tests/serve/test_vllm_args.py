@@ -137,6 +137,20 @@ def test_a_replicas_cores_reach_vllms_environment_unless_the_user_set_them(monke
     assert VLLMEngine("/m", python="py", cpus=[1])._env()["VLLM_CPU_OMP_THREADS_BIND"] == "0-1"
 
 
+def test_a_replicas_gpus_reach_vllms_environment_over_the_servers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7")
+    assert VLLMEngine("/m", python="py", env={"CUDA_VISIBLE_DEVICES": "6,7"})._env()["CUDA_VISIBLE_DEVICES"] == "6,7"
+    assert VLLMEngine("/m", python="py")._env()["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
+    from pathlib import Path
+
+    from art_train.engines import bundled_engine
+
+    one = bundled_engine("vllm", Path("/m"), None, None, "auto", "py", {"CUDA_VISIBLE_DEVICES": "4,5,6,7"})
+    assert one._env()["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"  # type: ignore[attr-defined]  # replicas=1: one vLLM
+    with pytest.raises(ValueError, match="runs in the server's process"):
+        bundled_engine("transformers", Path("/m"), None, None, "auto", None, {"CUDA_VISIBLE_DEVICES": "4"})
+
+
 def test_on_a_gpu_no_cpu_binding_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_KVCACHE_SPACE"):
         monkeypatch.delenv(name, raising=False)
