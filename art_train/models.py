@@ -428,13 +428,14 @@ def cpu_has_native_bf16() -> bool:
 
 
 def load_causal_lm(path: str | os.PathLike[str], dtype: str = "auto", device: str | None = None, *,
-                   empty: bool = False) -> Any:
+                   empty: bool = False, host: bool = False) -> Any:
     """A causal LM from a model folder; ``dtype="auto"`` is bfloat16 on GPU, float32 on CPU.
 
     Attention is SDPA, or eager for architectures without SDPA support (GPT-OSS, whose attention
     sinks SDPA cannot express). The model is in eval mode on `device` (default: cuda if available, else cpu).
     With `empty`, only its shapes: every weight and buffer on the meta device, nothing read from the
-    weights files (a trainer rank that receives its shard of the base: `trainer.fsdp`).
+    weights files (a trainer rank that receives its shard of the base: `trainer.fsdp`). With `host`, in host
+    memory at `device`'s dtype (rank 0's whole base, before FSDP moves its shards to the device).
     """
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -456,7 +457,7 @@ def load_causal_lm(path: str | os.PathLike[str], dtype: str = "auto", device: st
             raise
         logger.info("%s does not support SDPA attention: loading with eager attention", path)
         model = build("eager")
-    return (model if empty else model.to(device)).eval()  # type: ignore[arg-type]  # transformers types `to` badly
+    return (model if empty or host else model.to(device)).eval()  # type: ignore[arg-type]  # transformers types `to` badly
 
 
 def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -17,8 +17,9 @@ between steps for as long as rollouts take):
   forwards, which need every rank's shard;
 - `Stop`.
 
-With `shard="fsdp"` every rank shards its frozen base when a model registers (`Policy.shard_base`): rank 0
-loads it whole and sends each rank its shard; ranks 1..N-1 never hold more than one weight whole.
+With `shard="fsdp"` a model registers as its `Trainer` is built (`Ranks.register`), and every rank shards its
+frozen base then (`Policy.shard_base`): rank 0 loads it whole into host memory and sends each rank its shard;
+ranks 1..N-1 never hold more than one weight whole.
 
 Only rank 0 writes checkpoints, the journal and history. A step that fails on any rank stops ranks
 1..N-1 (a dead peer fails the collectives at once; a hung one after `timeout_s`) and raises on rank
@@ -295,11 +296,11 @@ class Ranks:
 
     @property
     def processes(self) -> list[RankProcess]:
-        """Ranks 1..world-1 (empty before the first step and after a failure)."""
+        """Ranks 1..world-1 (empty before they first start and after a failure)."""
         return list(self._procs)
 
     def pids(self) -> list[int]:
-        """The process ids of ranks 1..world-1 (empty before the first step and after a failure)."""
+        """The process ids of ranks 1..world-1 (empty before they first start and after a failure)."""
         return [p.pid for p in self._procs]
 
     def _start(self) -> None:
@@ -368,40 +369,55 @@ class Ranks:
         (a sharded base needs every rank in each forward)."""
         return self._run(trainer, trainer.step, Logprobs(str(trainer.rundir.path), sequences, step))
 
+    def register(self, trainer: Any) -> None:
+        """Start ranks 1..world-1 if need be and register `trainer`'s model with them now, not at its first step:
+        with `shard="fsdp"` its base is sharded from here on (`Trainer` calls this as it is built)."""
+        with self.lock:
+            try:
+                self._join(trainer)
+            except Exception as exc:
+                self._failed(exc, f"registering {trainer.rundir.path}")
+
+    def _join(self, trainer: Any) -> None:
+        """Under the lock: the ranks up and `trainer`'s model registered with them (its base sharded, with fsdp)."""
+        key = str(trainer.rundir.path)
+        if key not in self._registered and trainer.policy.root is not None:  # the other shards left with the ranks
+            trainer.reload_base()
+        if self._procs and any(p.wait(0) is not None for p in self._procs):
+            logger.warning("trainer %s since the last step: starting ranks 1..%d again", self._dead(), self.world - 1)
+            self._teardown()
+        if not self._procs:
+            self._start()
+        if key not in self._registered:
+            self._send(Register(key, trainer.model.model_dump_json(), trainer.rundir, trainer.base_path,
+                                trainer.step, self.shard))
+            broadcast_params(trainer.policy.params())
+            if self.shard == "fsdp":
+                trainer.policy.shard_base()
+            self._registered.add(key)
+
+    def _failed(self, exc: Exception, what: str) -> None:
+        """Stop ranks 1..world-1 after `exc` and raise: `RankFailedError` when a rank died or a collective failed."""
+        dead = self._dead()
+        self._teardown()
+        again = "they start again, from the newest checkpoint, with the next step"
+        if self.shard:
+            again += " (and rank 0 reads its base again from disk: the other shards left with them)"
+        if dead or isinstance(exc, dist.DistError) or "gloo" in str(exc) or "NCCL" in str(exc):
+            raise RankFailedError(f"{what} failed on the trainer's ranks ({dead or f'{type(exc).__name__}: {exc}'}); "
+                                  f"ranks 1..{self.world - 1} were stopped; {again}") from exc
+        logger.warning("%s raised on rank 0: ranks 1..%d stopped; %s", what, self.world - 1, again)
+        raise exc
+
     @contextmanager
     def _run(self, trainer: Any, step: int, command: Step | Logprobs) -> Iterator[None]:
-        key = str(trainer.rundir.path)
         with self.lock:
-            if key not in self._registered and trainer.policy.root is not None:  # the other shards left with the ranks
-                trainer.reload_base()
-            if self._procs and any(p.wait(0) is not None for p in self._procs):
-                logger.warning("trainer %s since the last step: starting ranks 1..%d again", self._dead(),
-                               self.world - 1)
-                self._teardown()
             try:
-                if not self._procs:
-                    self._start()
-                if key not in self._registered:
-                    self._send(Register(key, trainer.model.model_dump_json(), trainer.rundir, trainer.base_path,
-                                        trainer.step, self.shard))
-                    broadcast_params(trainer.policy.params())
-                    if self.shard == "fsdp":
-                        trainer.policy.shard_base()
-                    self._registered.add(key)
+                self._join(trainer)
                 self._send(command)
                 yield
             except Exception as exc:
-                dead = self._dead()
-                self._teardown()
-                again = "they start again, from the newest checkpoint, with the next step"
-                if self.shard:
-                    again += " (and rank 0 reads its base again from disk: the other shards left with them)"
-                if dead or isinstance(exc, dist.DistError) or "gloo" in str(exc) or "NCCL" in str(exc):
-                    raise RankFailedError(
-                        f"step {step} failed on the trainer's ranks ({dead or f'{type(exc).__name__}: {exc}'}); "
-                        f"ranks 1..{self.world - 1} were stopped; {again}") from exc
-                logger.warning("step %d raised on rank 0: ranks 1..%d stopped; %s", step, self.world - 1, again)
-                raise
+                self._failed(exc, f"step {step}")
 
     def stop(self) -> None:
         """Tell ranks 1..world-1 to exit (killed if they do not within 30 s) and leave the process group."""

@@ -15,10 +15,11 @@ Two rules follow from the all-gathers, which every rank must run in the same ord
   which `row_logprobs` reads outside any module call, are gathered around it. Forwards between steps (the
   weight-sync probe) are collective too: rank 0 sends them to the other ranks (`distributed.Logprobs`).
 
-Only rank 0 reads the base from disk, whole, and keeps it so until the model registers with the ranks (its
-first step); ranks 1..N-1 build it empty (meta device) and receive their shards from rank 0 one weight at a
-time (torch's `set_model_state_dict` with `broadcast_from_rank0`), so none of them holds more than one
-weight whole. A failed step stops the other ranks and their shards with them: the next step starts them
+Only rank 0 reads the base from disk, whole, into host memory (`load_causal_lm(host=True)`), and the model
+registers with the ranks as its `Trainer` is built (`Ranks.register`): `fully_shard` moves each rank's shards
+to its device. Ranks 1..N-1 build the base empty (meta device) and receive their shards from rank 0 one
+weight at a time (torch's `set_model_state_dict` with `broadcast_from_rank0`), so none of them holds more
+than one weight whole. A failed step stops the other ranks and their shards with them: the next step starts them
 again and rank 0 reads its base from disk again (`Trainer.reload_base`).
 """
 

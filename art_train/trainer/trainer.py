@@ -129,6 +129,8 @@ class Trainer:
         self.save_in_background = False  # see `wait_saved`; the service turns it on for an in-process engine
         self._pool: ThreadPoolExecutor | None = None
         self._saving: tuple[Future[None], tuple[Any, ...]] | None = None  # the write in flight and its arguments
+        if isinstance(ranks, Ranks) and ranks.shard == "fsdp":
+            ranks.register(self)  # shard the base now: it is whole only in host memory until then
 
     def _policy(self, latest: int | None, *, empty: bool = False) -> Policy:
         """The base model with the LoRA of checkpoint `latest` (a new one, seeded, when None) and a fresh AdamW.
@@ -141,7 +143,9 @@ class Trainer:
         prefix_preserving = check_prefix_preserving(tokenizer, chat_template)
         if not prefix_preserving:
             logger.warning("chat template is not prefix-preserving: multi-turn histories are split at the breaks")
-        base = load_causal_lm(self.base_path, config.dtype, self.device, empty=empty)
+        # with the base sharded, rank 0 holds it whole in host memory only; FSDP moves its shards to the device
+        host = isinstance(self.ranks, Ranks) and self.ranks.shard == "fsdp"
+        base = load_causal_lm(self.base_path, config.dtype, self.device, empty=empty, host=host)
         if config.gradient_checkpointing:
             base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if latest is None or empty:
@@ -151,10 +155,12 @@ class Trainer:
             peft: PeftModel = get_peft_model(base, lora)
         else:
             peft = PeftModel.from_pretrained(base, str(self.checkpoints.path(latest)), is_trainable=True)
-        if empty:  # the LoRA is small and whole on every rank: real tensors (their values come from rank 0)
-            for module in peft.modules():
-                if any(p.requires_grad and p.is_meta for p in module.parameters(recurse=False)):
+        for module in peft.modules():  # the LoRA is small and whole on every rank, on the device
+            if any(p.requires_grad for p in module.parameters(recurse=False)):
+                if empty:  # real tensors; their values come from rank 0
                     module.to_empty(device=self.device, recurse=False)
+                elif host:
+                    module.to(self.device)
         optimizer = torch.optim.AdamW([p for p in peft.parameters() if p.requires_grad], lr=1e-5)
         return Policy(peft=peft, optimizer=optimizer, tokenizer=tokenizer, chat_template=chat_template,
                       device=self.device, max_seq_len=config.max_seq_len,

@@ -54,10 +54,17 @@ def test_fsdp_ranks_hold_half_the_base_and_train_the_same_adapter_as_one(
     monkeypatch.setattr(fsdp, "padding", record)
     ranks = Ranks(2, "cpu", timeout_s=120, shard="fsdp")
     base = shutil.copytree(tiny_model_path, tmp_path / "base")
+    weights = base / "model.safetensors"
+    register = ranks.register
+
+    def register_without_the_weights(trainer: Trainer) -> None:
+        weights.rename(base / "away")  # rank 0 has read it; rank 1 must build its base from rank 0's weights alone
+        register(trainer)
+
+    monkeypatch.setattr(ranks, "register", register_without_the_weights)
     one = Trainer(_model(tiny_model_path, "one"), art.RunDir("ranks", "one", tmp_path / "one"), device="cpu")
     two = Trainer(_model(base, "two"), art.RunDir("ranks", "two", tmp_path / "two"), device="cpu", ranks=ranks)
-    weights = base / "model.safetensors"
-    weights.rename(base / "away")  # rank 0 has read it; rank 1 must build its base from rank 0's weights alone
+    assert ranks.running and two.policy.root is not None  # sharded as the Trainer was built, before any step
     try:
         groups = _groups(one)
         configs = [art.TrainConfig(learning_rate=LR),  # one optimizer step
