@@ -1,6 +1,7 @@
 """The trainer on 2 ranks where rank 1 is a Ray actor (`ray_ranks.RayRanks`, a local Ray): the same adapter as
 1 rank, a killed actor fails the step cleanly, as a killed child-process rank does (test_distributed.py), and
-one killed between steps is started again before the next."""
+one killed between steps is started again before the next; with the base sharded, the actor takes its shard
+from rank 0."""
 
 from __future__ import annotations
 
@@ -95,3 +96,29 @@ def test_a_rank_actor_killed_between_steps_is_started_again_before_the_next(ray_
     step = two.step
     assert two.train(groups, config).step == step + 1  # the step starts a new actor first: nothing fails
     assert ranks.running and ranks.processes[0].actor != victim.actor
+
+
+def test_a_ray_actor_rank_takes_its_shard_of_the_base_from_rank_0(ray_ranks: Any, tiny_model_path: Path,
+                                                                   tmp_path: Path) -> None:
+    """`train_shard="fsdp"` with rank 1 a Ray actor: it builds the base empty and receives its half from rank 0
+    (as a child-process rank does, test_fsdp.py), and trains the 1-rank adapter."""
+    from art_train.trainer.fsdp import base_bytes
+    from art_train.trainer.ray_ranks import RayRanks
+
+    _, _, plain = ray_ranks
+    plain.stop()  # one process group per process: this test's ranks replace the module's
+    one = Trainer(_model(tiny_model_path, "one"), art.RunDir("ranks", "one", tmp_path / "one"), device="cpu")
+    ranks = Ranks(2, "cpu", timeout_s=120, launcher=RayRanks({"num_cpus": 1}), shard="fsdp")
+    try:
+        two = Trainer(_model(tiny_model_path, "two"), art.RunDir("ranks", "two", tmp_path / "two"), device="cpu",
+                      ranks=ranks)
+        assert ranks.running and two.policy.root is not None  # the actor started and the base sharded already
+        held, whole = base_bytes(two.policy.root)
+        assert 0.45 * whole <= held <= 0.55 * whole, (held, whole)
+        groups = _groups(one)
+        config = art.TrainConfig(learning_rate=LR)
+        a, b = one.train(groups, config), two.train(groups, config)
+        assert b.metrics["loss"] == pytest.approx(a.metrics["loss"], rel=1e-5, abs=1e-7)
+        assert _max_diff(_lora(one), _lora(two)) < TOLERANCE
+    finally:
+        ranks.stop()
