@@ -258,13 +258,17 @@ class TestTwoRanks:
 
 # -- through the service ----------------------------------------------------------------------------
 
-async def test_local_backend_with_two_train_procs_trains_and_serves(tiny_model_path: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("shard", [None, "fsdp"])
+async def test_local_backend_with_two_train_procs_trains_and_serves(tiny_model_path: Path, tmp_path: Path,
+                                                                    shard: str | None) -> None:
     from art_train import LocalBackend
 
-    backend = LocalBackend(path=tmp_path, train_procs=2, sync_probe_tokens=32)
+    backend = LocalBackend(path=tmp_path, train_procs=2, train_shard=shard, sync_probe_tokens=32)
     model = _model(tiny_model_path, "served")
     try:
         await model.register(backend)
+        if shard:  # registered with the ranks, its base sharded, as the trainer was built
+            assert backend.service._ranks is not None and backend.service._ranks.running
         client = model.openai_client()
         prompt = [{"role": "user", "content": "Say something."}]
 
