@@ -30,6 +30,8 @@ base, rank 0 first reads its base again from disk (`Trainer.reload_base`) and sh
 from __future__ import annotations
 
 import datetime
+import functools
+import hashlib
 import logging
 import os
 import subprocess
@@ -52,8 +54,8 @@ if TYPE_CHECKING:
     from art_core import RunDir, TrajectoryGroup
 
 __all__ = ["IDLE", "ChildRanks", "Logprobs", "RankFailedError", "RankLauncher", "RankProcess", "Ranks", "Register",
-           "Step", "Stop", "Worker", "backend", "broadcast_params", "rank_device", "reduce_values", "shard_row_groups",
-           "sum_grads"]
+           "Step", "Stop", "Worker", "backend", "broadcast_params", "code_fingerprint", "rank_device", "reduce_values",
+           "shard_row_groups", "sum_grads"]
 
 logger = logging.getLogger(__name__)
 
@@ -173,6 +175,20 @@ class Worker:
     rank: int
     world: int
     shard: str | None = None
+
+
+@functools.cache
+def code_fingerprint() -> str:
+    """What a rank runs: a hash of this package's trainer modules and the art_core version, and where they are.
+    Ranks that differ (another install on a Ray node, another checkout) would wait in collectives that never
+    meet; rank 0 refuses them at start instead (`Ranks._start`)."""
+    import art_core
+
+    here = Path(__file__).parent
+    digest = hashlib.sha256(art_core.__version__.encode())
+    for path in sorted(here.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return f"{digest.hexdigest()[:12]} {here}"
 
 
 def backend(device: str) -> str:
@@ -329,6 +345,13 @@ class Ranks:
                                "are the resources in train_ray_options free on the cluster?)", self.world - 1,
                                timeout_s)
             time.sleep(0.05)
+        ours = code_fingerprint()
+        for r in range(1, self.world):
+            theirs = store.get(f"art/up/{r}").decode()
+            if theirs.split(" ")[0] != ours.split(" ")[0]:
+                self._teardown()
+                raise RankFailedError(f"trainer rank {r} runs other code than rank 0 (rank 0: {ours}; rank {r}: "
+                                      f"{theirs}): install the same ART on every node that runs a rank")
         try:
             dist.init_process_group(backend(self.device), store=store, rank=0, world_size=self.world,
                                     timeout=self.timeout)

@@ -17,7 +17,18 @@ import torch.distributed as dist
 
 from art_core import TrainableModel, TrajectoryGroup
 
-from .distributed import IDLE, Logprobs, Register, Step, Stop, Worker, backend, broadcast_params, rank_device
+from .distributed import (
+    IDLE,
+    Logprobs,
+    Register,
+    Step,
+    Stop,
+    Worker,
+    backend,
+    broadcast_params,
+    code_fingerprint,
+    rank_device,
+)
 from .trainer import STEPS, Trainer
 
 __all__ = ["main", "serve_rank"]
@@ -29,7 +40,7 @@ def serve_rank(rank: int, world: int, addr: str, port: int, device: str, timeout
     logging.basicConfig(level=logging.WARNING, format=f"[train rank {rank}] %(levelname)s %(name)s: %(message)s")
     timeout = datetime.timedelta(seconds=timeout_s)
     store = dist.TCPStore(addr, port, is_master=False, timeout=timeout)
-    store.set(f"art/up/{rank}", "1")
+    store.set(f"art/up/{rank}", code_fingerprint())  # rank 0 refuses other code (`Ranks._start`)
     trainers: dict[str, Trainer] = {}
     if device.startswith("cuda"):
         torch.cuda.set_device(device)

@@ -128,6 +128,32 @@ def test_a_child_rank_imports_rank_0s_code_not_the_working_directorys(tmp_path: 
     assert plain.returncode != 0 and "the working directory's art_train" in plain.stderr
 
 
+def test_a_rank_running_other_code_is_refused_at_start(tmp_path: Path) -> None:
+    """A rank whose art_train differs from rank 0's (another install on a Ray node, another checkout) would wait
+    in collectives that never meet; rank 0 refuses it as the ranks start, naming both."""
+    import shutil
+
+    import art_train
+
+    other = tmp_path / "other"
+    shutil.copytree(Path(art_train.__file__).parent, other / "art_train")
+    with (other / "art_train" / "trainer" / "distributed.py").open("a") as f:
+        f.write("\n# another version\n")
+
+    class OtherCode(ChildRanks):
+        def env(self, *args: Any) -> dict[str, str]:
+            env = super().env(*args)
+            return {**env, "PYTHONPATH": os.pathsep.join([str(other), env["PYTHONPATH"]])}
+
+    ranks = Ranks(2, "cpu", timeout_s=60, launcher=OtherCode())
+    try:
+        with pytest.raises(RankFailedError, match=r"rank 1 runs other code than rank 0 .*other/art_train/trainer"):
+            ranks._start()
+        assert not ranks.running
+    finally:
+        ranks.stop()
+
+
 def test_art_serve_takes_train_procs() -> None:
     from art_train.cli import build_parser
 
