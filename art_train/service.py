@@ -144,7 +144,7 @@ class ModelService:
                 from .serving import local_launcher
 
                 launch = local_launcher(kind, path, config, self.config.device, dtype, self.config.vllm_python,
-                                        replicas, self.config.replica_devices)
+                                        replicas, devices)
         if replicas > 1:
             from .serving import ReplicaSet
 

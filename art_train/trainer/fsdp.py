@@ -67,7 +67,7 @@ def shard_base(causal_lm: nn.Module, device: str) -> LogprobRoot:
         raise ValueError(f"train_shard='fsdp' shards a decoder's `layers` ModuleList, and {type(causal_lm).__name__}'s "
                          "decoder has none; train it with train_shard=None")
     mesh = DeviceMesh.from_group(dist.group.WORLD, device.split(":")[0])  # type: ignore[arg-type]
-    whole = dict(causal_lm.state_dict()) if dist.get_rank() == 0 else {}  # rank 0's full weights, sent below
+    whole = causal_lm.state_dict() if dist.get_rank() == 0 else {}  # rank 0's full weights, sent below
     lora = {p for p in causal_lm.parameters() if p.requires_grad}
     for layer in layers:
         fully_shard(layer, mesh=mesh, ignored_params=lora)

@@ -16,6 +16,7 @@ With `ranks` (`distributed`) the step runs on N ranks; this Trainer is rank 0, t
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -113,9 +114,20 @@ class Trainer:
         latest = self.checkpoints.latest()
         if latest is None and not writes:
             raise RuntimeError(f"{rundir.path} has no checkpoint: rank 0 saves step 0 before the other ranks start")
+        config = model.config
+        tokenizer = load_tokenizer(self.base_path)
+        chat_template = chat_template_for(tokenizer, config)
+        prefix_preserving = check_prefix_preserving(tokenizer, chat_template)
+        if not prefix_preserving:
+            logger.warning("chat template is not prefix-preserving: multi-turn histories are split at the breaks")
         # a rank that receives its shard of the base from rank 0 never reads the whole of it (`fsdp.shard_base`)
-        self.policy = self._policy(latest, empty=isinstance(ranks, Worker) and ranks.shard == "fsdp")
-        optimizer = self.policy.optimizer
+        peft, optimizer = self._lora_model(latest, empty=isinstance(ranks, Worker) and ranks.shard == "fsdp")
+        self.policy = Policy(peft=peft, optimizer=optimizer, tokenizer=tokenizer, chat_template=chat_template,
+                             device=self.device, max_seq_len=config.max_seq_len,
+                             gradient_checkpointing=config.gradient_checkpointing,
+                             prefix_preserving=prefix_preserving,
+                             autocast=training_autocast(config.autocast, self.device),
+                             rank=ranks.rank if ranks else 0, world=ranks.world if ranks else 1)
         if latest is None:
             self.step = 0
             self._save(0)
@@ -123,7 +135,7 @@ class Trainer:
             self.step = latest
             self.checkpoints.load_optimizer(latest, optimizer, self.device)
             logger.info("resumed %s at step %d", rundir.path, latest)
-        self.policy.peft.eval()
+        peft.eval()
         self._reference = HalfPrecisionReference(self.base_path, self.device)
         self._trained: tuple[int, list[list[int]]] | None = None  # (step, its trained sequences' ids)
         self.save_in_background = False  # see `wait_saved`; the service turns it on for an in-process engine
@@ -132,17 +144,13 @@ class Trainer:
         if isinstance(ranks, Ranks) and ranks.shard == "fsdp":
             ranks.register(self)  # shard the base now: it is whole only in host memory until then
 
-    def _policy(self, latest: int | None, *, empty: bool = False) -> Policy:
-        """The base model with the LoRA of checkpoint `latest` (a new one, seeded, when None) and a fresh AdamW.
-        `empty`: the base's weights on the meta device and the LoRA's uninitialised, for rank 0 to send."""
+    def _lora_model(self, latest: int | None, *, empty: bool = False) -> tuple[Any, torch.optim.Optimizer]:
+        """The base model with the LoRA of checkpoint `latest` (a new one, seeded, when None), and a fresh AdamW
+        over the LoRA. `empty`: the base's weights on the meta device and the LoRA's uninitialised, for rank 0
+        to send."""
         from peft import LoraConfig, PeftModel, get_peft_model
 
         config = self.model_config
-        tokenizer = load_tokenizer(self.base_path)
-        chat_template = chat_template_for(tokenizer, config)
-        prefix_preserving = check_prefix_preserving(tokenizer, chat_template)
-        if not prefix_preserving:
-            logger.warning("chat template is not prefix-preserving: multi-turn histories are split at the breaks")
         # with the base sharded, rank 0 holds it whole in host memory only; FSDP moves its shards to the device
         host = isinstance(self.ranks, Ranks) and self.ranks.shard == "fsdp"
         base = load_causal_lm(self.base_path, config.dtype, self.device, empty=empty, host=host)
@@ -162,25 +170,22 @@ class Trainer:
                 elif host:
                     module.to(self.device)
         optimizer = torch.optim.AdamW([p for p in peft.parameters() if p.requires_grad], lr=1e-5)
-        return Policy(peft=peft, optimizer=optimizer, tokenizer=tokenizer, chat_template=chat_template,
-                      device=self.device, max_seq_len=config.max_seq_len,
-                      gradient_checkpointing=config.gradient_checkpointing, prefix_preserving=prefix_preserving,
-                      autocast=training_autocast(config.autocast, self.device),
-                      rank=self.ranks.rank if self.ranks else 0, world=self.ranks.world if self.ranks else 1)
+        return peft, optimizer
 
     def reload_base(self) -> None:
         """Rank 0, once the ranks that held the other shards of its base have stopped: the base read again from
         disk, whole, with the adapter and optimizer of the newest checkpoint (where a failed step left them), to
-        be sharded over the ranks that start next. The optimizer keeps its hyperparameters."""
+        be sharded over the ranks that start next. The optimizer keeps its hyperparameters; the tokenizer and
+        template are kept as they are."""
         self.wait_saved()
-        old = self.policy.optimizer.param_groups
         logger.warning("reloading %s's base from %s: its other shards left with the stopped ranks", self.rundir.path,
                        self.base_path)
-        self.policy = self._policy(self.step)
-        self.checkpoints.load_optimizer(self.step, self.policy.optimizer, self.device)
-        for group, before in zip(self.policy.optimizer.param_groups, old, strict=True):
+        peft, optimizer = self._lora_model(self.step)
+        self.checkpoints.load_optimizer(self.step, optimizer, self.device)
+        for group, before in zip(optimizer.param_groups, self.policy.optimizer.param_groups, strict=True):
             group.update({k: before[k] for k in ("lr", "weight_decay", "betas")})
-        self.policy.peft.eval()
+        peft.eval()
+        self.policy = dataclasses.replace(self.policy, peft=peft, optimizer=optimizer, root=None)
 
     # the policy's parts, under the names callers use
     @property
