@@ -143,8 +143,10 @@ def check_engine_flops(doc: dict[str, Any]) -> None:
     _keys(doc, "machine", "limit", "target", "met", "runs")
     assert set(doc["limit"]["matmul_gflops"]) == {"float32", "bfloat16"} and doc["limit"]["stream_gb_s"] > 0
     level = doc["runs"][0]["by_concurrency"]["2"]
-    # 2 requests of 4 tokens: the first token of each from the prefill, 3 decode steps of 2 rows
-    assert level["runs"][0]["decode_tokens"] == 6 and level["runs"][0]["decode_steps"] == 3
+    # 2 requests of 4 tokens: the first token of each from the prefill, 3 decode steps of 2 rows, or up to
+    # 6 steps when the second request reaches the scheduler after the first has begun (a busy machine)
+    run = level["runs"][0]
+    assert run["decode_tokens"] == 6 and 3 <= run["decode_steps"] <= 6, run
     assert level["decode_gflops"] > 0 and 0 < level["fraction"]
     shares = level["share_of_step"]
     assert set(shares) == {"matmul", "attention", "other_ops", "sampling", "outside_ops"}
