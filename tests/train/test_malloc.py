@@ -51,3 +51,38 @@ def test_big_blocks_are_given_back_when_freed_and_the_rest_by_a_trim() -> None:
 def test_the_environment_wins() -> None:
     assert _run(MALLOC_MMAP_THRESHOLD_="4194304", MALLOC_ARENA_MAX="4")["applied"] == {}
     assert _run(ART_MALLOC_ARENAS="0", ART_MALLOC_MMAP_MB="x")["applied"] == {}
+
+
+HUGE = r"""
+import json, os, sys, torch
+if sys.argv[1] == "late":
+    torch.ones(1 << 20)  # torch has allocated: its setting is fixed
+from art_train.malloc import tune_malloc
+applied = tune_malloc()
+block = torch.ones(64 << 18)  # 64 MiB
+huge = sum(int(line.split()[1]) for line in open("/proc/self/smaps") if line.startswith("AnonHugePages"))
+print(json.dumps({"applied": applied, "huge_kb": huge}))
+"""
+
+
+def _huge(when: str, **env: str) -> dict:
+    given = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "ART_MALLOC_", "THP_"))}
+    out = subprocess.run([sys.executable, "-c", HUGE, when], env={**given, **env}, capture_output=True, text=True,
+                         timeout=120, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+THP = "/sys/kernel/mm/transparent_hugepage/enabled"
+
+
+@pytest.mark.skipif(not os.path.exists(THP) or "[never]" in open(THP).read(), reason="no transparent huge pages")
+def test_huge_pages_for_torchs_big_blocks_when_set_before_its_first_allocation() -> None:
+    on = _huge("early", ART_MALLOC_HUGE_PAGES="1")
+    assert on["applied"].get("huge_pages") == 1 and on["huge_kb"] >= 32 << 10, on
+    late = _huge("late", ART_MALLOC_HUGE_PAGES="1")
+    assert "huge_pages" not in late["applied"], late  # said, not pretended
+    off = _huge("early", ART_MALLOC_HUGE_PAGES="0")
+    assert "huge_pages" not in off["applied"], off
+    if "[madvise]" in open(THP).read():  # (with "always" every big mapping gets them anyway)
+        assert off["huge_kb"] < 32 << 10, off
+    assert "huge_pages" not in _huge("early", ART_MALLOC_HUGE_PAGES="1", THP_MEM_ALLOC_ENABLE="0")["applied"]
