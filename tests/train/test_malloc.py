@@ -31,9 +31,9 @@ print(json.dumps({"applied": applied, "freed_mb": freed, "after_trim_mb": before
 """
 
 
-def _run(**env: str) -> dict:
-    given = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "ART_MALLOC_"))}
-    out = subprocess.run([sys.executable, "-c", CODE], env={**given, **env}, capture_output=True, text=True,
+def _run(*args: str, code: str = CODE, **env: str) -> dict:
+    given = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "ART_MALLOC_", "THP_"))}
+    out = subprocess.run([sys.executable, "-c", code, *args], env={**given, **env}, capture_output=True, text=True,
                          timeout=120, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -66,10 +66,7 @@ print(json.dumps({"applied": applied, "huge_kb": huge}))
 
 
 def _huge(when: str, **env: str) -> dict:
-    given = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "ART_MALLOC_", "THP_"))}
-    out = subprocess.run([sys.executable, "-c", HUGE, when], env={**given, **env}, capture_output=True, text=True,
-                         timeout=120, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return _run(when, code=HUGE, **env)
 
 
 THP = "/sys/kernel/mm/transparent_hugepage/enabled"
