@@ -6,7 +6,8 @@
 
 Stages: the base model, SFT on the solver's answers (the answer only, no reasoning), then GRPO with
 the fraction of fields right as the reward. Each stage is evaluated greedily on puzzles generated from
-held-out seeds it never trained on.
+held-out seeds it never trained on. With `--eval-every N` the held-out puzzles are also scored every
+N RL steps (the RL curve, in `curve`).
 """
 
 from __future__ import annotations
@@ -36,11 +37,12 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # fixed before the first measured run, never tuned on the held-out seeds (100_000+); sized for
     # 2 shared CPU cores, where a trained sequence costs ~1-2 s
     "cpu": dict(base_model="smollm2-135m", size=3, sft_puzzles=160, sft_epochs=1, sft_lr=5e-4, sft_batch=4,
-                rl_steps=4, groups=6, group_size=4, rl_lr=1e-4, rl_temperature=1.0, eval_puzzles=100, device=None),
+                rl_steps=4, groups=6, group_size=4, rl_lr=1e-4, rl_temperature=1.0, eval_puzzles=100, eval_every=0, device=None),
     "gpu": dict(base_model="qwen2.5-0.5b", size=4, sft_puzzles=4000, sft_epochs=2, sft_lr=3e-4, sft_batch=8,
-                rl_steps=60, groups=16, group_size=8, rl_lr=1e-4, rl_temperature=1.0, eval_puzzles=500, device="cuda"),
+                rl_steps=60, groups=16, group_size=8, rl_lr=1e-4, rl_temperature=1.0, eval_puzzles=500, eval_every=0,
+                device="cuda"),
     "tiny": dict(base_model="tiny", size=3, sft_puzzles=8, sft_epochs=1, sft_lr=1e-3, sft_batch=4, rl_steps=1,
-                 groups=2, group_size=2, rl_lr=1e-4, rl_temperature=1.0, eval_puzzles=4, device=None),
+                 groups=2, group_size=2, rl_lr=1e-4, rl_temperature=1.0, eval_puzzles=4, eval_every=0, device=None),
 }
 
 
@@ -105,6 +107,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             result = await model.train(groups, config=common.rl_config(cfg))
             curve.append({"step": result.step, "reward": metrics["reward_mean"]})
             logger.info("rl step %d: train reward %.3f", step + 1, metrics["reward_mean"])
+            if cfg["eval_every"] and (step + 1) % cfg["eval_every"] == 0 and step + 1 < cfg["rl_steps"]:
+                held = await evaluate(model, result.step, held_out, size, client)  # the RL curve, held out
+                curve[-1]["held_out"] = {"mean": held.mean, "ci": list(held.ci)}
+                logger.info("rl step %d: held-out %s", step + 1, held.summary())
         await stage("sft_rl")
     finally:
         await backend.close()
@@ -125,7 +131,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     int_settings = ("size", "sft_puzzles", "sft_epochs", "sft_batch", "rl_steps", "groups", "group_size",
-                    "eval_puzzles")
+                    "eval_puzzles", "eval_every")
     return common.parse_args(__doc__, CONFIGS, int_settings, argv)
 
 

@@ -36,6 +36,17 @@ def test_train_script_runs_every_stage(name, tiny_model_path, tmp_path, monkeypa
         assert list((model_dir / "trajectories").glob(f"val*/{step:04d}.jsonl")), step
 
 
+def test_temporal_clue_scores_the_held_out_puzzles_along_the_rl_steps(tiny_model_path, tmp_path, monkeypatch):
+    monkeypatch.setenv("ART_HOME", str(tmp_path / "home"))
+    train = importlib.import_module("examples.temporal_clue.train")
+    args = train.parse_args(["--config", "tiny", "--base-model", str(tiny_model_path), "--split", "dev",
+                             "--rl-steps", "2", "--eval-every", "1", "--output", str(tmp_path / "art")])
+    out = asyncio.run(train.main(args))
+    # after each RL step but the last (that one is the sft_rl stage)
+    assert [c["step"] for c in out["curve"]] == [2, 3] and "held_out" not in out["curve"][1]
+    assert 0.0 <= out["curve"][0]["held_out"]["mean"] <= 1.0
+
+
 def test_tictactoe_sft_teaches_the_tiny_model_the_move_tag(tiny_model_path, tmp_path, monkeypatch):
     """A learning check for the SFT warm-up path: after SFT on minimax games the random tiny model
     answers in the `<move>..</move>` format it never produced before (it still plays badly)."""
