@@ -69,6 +69,18 @@ def rl_config(cfg: dict[str, Any]) -> art.TrainConfig:
     return art.TrainConfig(learning_rate=cfg["rl_lr"], max_seq_len=512)
 
 
+def curve_scores_held_out(cfg: dict[str, Any], step: int) -> bool:
+    """Whether the RL curve scores the held-out tasks after RL step `step` (0-based): every
+    `cfg["eval_every"]` steps (0: never), but not after the last, which the `sft_rl` stage scores."""
+    every = cfg.get("eval_every", 0)
+    return bool(every) and (step + 1) % every == 0 and step + 1 < cfg["rl_steps"]
+
+
+def curve_point(result: art.EvalResult) -> dict[str, Any]:
+    """A held-out score as the RL curve stores it."""
+    return {"mean": result.mean, "ci": list(result.ci)}
+
+
 def by_metric(result: art.EvalResult, key: str | None) -> art.EvalResult:
     """The same games scored by a trajectory metric (None: the reward), for its interval and pairing."""
     if key is None:

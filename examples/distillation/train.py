@@ -181,9 +181,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             rewards = [t.reward for g in groups for t in g.trajectories]
             extra["curve"].append({"step": trained.step, "reward": sum(rewards) / max(1, len(rewards))})
             logger.info("rl step %d: training reward %.3f", step + 1, extra["curve"][-1]["reward"])
-            if cfg["eval_every"] and (step + 1) % cfg["eval_every"] == 0 and step + 1 < cfg["rl_steps"]:
+            if common.curve_scores_held_out(cfg, step):
                 held = await score(student, trained.step)  # the RL curve on the held-out questions
-                extra["curve"][-1]["held_out"] = {"mean": held.mean, "ci": list(held.ci)}
+                extra["curve"][-1]["held_out"] = common.curve_point(held)
                 logger.info("rl step %d: held-out accuracy %s", step + 1, held.summary())
         if cfg["rl_steps"] > 0:
             stages["sft_rl"] = await score(student, await student.get_step())

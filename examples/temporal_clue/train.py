@@ -107,9 +107,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             result = await model.train(groups, config=common.rl_config(cfg))
             curve.append({"step": result.step, "reward": metrics["reward_mean"]})
             logger.info("rl step %d: train reward %.3f", step + 1, metrics["reward_mean"])
-            if cfg["eval_every"] and (step + 1) % cfg["eval_every"] == 0 and step + 1 < cfg["rl_steps"]:
+            if common.curve_scores_held_out(cfg, step):
                 held = await evaluate(model, result.step, held_out, size, client)  # the RL curve, held out
-                curve[-1]["held_out"] = {"mean": held.mean, "ci": list(held.ci)}
+                curve[-1]["held_out"] = common.curve_point(held)
                 logger.info("rl step %d: held-out %s", step + 1, held.summary())
         await stage("sft_rl")
     finally:

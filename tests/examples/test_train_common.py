@@ -188,3 +188,11 @@ def test_the_results_table_shows_only_the_baselines_a_run_has(tmp_path):
     lines = table_lines(tmp_path, {"distillation": {"cpu-seed0": entry}})
     assert lines[2].endswith("| SFT+RL - SFT | teacher | trained - teacher |") and "random legal" not in lines[2]
     assert lines[4].endswith("| 0.800 [0.700, 0.900] | -0.300 [-0.400, -0.200] |")
+
+
+def test_the_rl_curve_scores_the_held_out_tasks_every_n_steps_but_not_after_the_last():
+    due = [s + 1 for s in range(10) if train_common.curve_scores_held_out({"eval_every": 4, "rl_steps": 10}, s)]
+    assert due == [4, 8]
+    assert [s + 1 for s in range(8) if train_common.curve_scores_held_out({"eval_every": 4, "rl_steps": 8}, s)] == [4]
+    assert not any(train_common.curve_scores_held_out({"eval_every": 0, "rl_steps": 8}, s) for s in range(8))
+    assert not any(train_common.curve_scores_held_out({"rl_steps": 8}, s) for s in range(8))  # no setting: never
