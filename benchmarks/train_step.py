@@ -12,7 +12,8 @@ loss (run on a namespace standing in for the trainer instance), then backward.
 The ours arm also records the step's work (`work/decoder_tokens`, `work/decoder_calls`,
 `work/decoder_tokens_per_trained_token`: tokens and calls through the decoder), next to its tokens/s.
 
-Usage: python benchmarks/train_step.py [--runs 1] [--arms ours,trl]  (run it under flock /tmp/art-heavy.lock)
+Usage: python benchmarks/train_step.py [--runs 1] [--arms ours,trl] [--malloc glibc]  (under flock /tmp/art-heavy.lock)
+`--malloc` picks both arms' malloc (glibc, tcmalloc, jemalloc or auto, as ART_MALLOC; art_train/allocator.py).
 Writes benchmarks/results/train_step.json. `--smoke`: the tiny model, 2 groups x 2 short rows, seconds, to
 --out or a temp file (the TRL arm only where TRL is installed: the dev extras).
 """
@@ -172,8 +173,12 @@ def run_trl(micro_batch: int, base_model: str, shape: str) -> dict:
 
 
 def child(arm: str, micro_batch: int, base_model: str, shape: str) -> None:
+    from art_train.allocator import malloc_library, preload_allocator
+
+    preload_allocator()  # --malloc, through ART_MALLOC: re-runs this child with it preloaded
     out = run_ours(base_model, shape) if arm == "ours" else run_trl(micro_batch, base_model, shape)
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out["malloc"] = Path(malloc_library() or "unknown").name
     print("RESULT " + json.dumps(out), flush=True)
 
 
@@ -186,6 +191,9 @@ def main() -> None:
     ap.add_argument("--base-model", default="smollm2-135m")
     ap.add_argument("--smoke", action="store_true", help="tiny model, 2 groups x 2 short rows; to --out or a temp file")
     ap.add_argument("--out", type=Path, default=None, help=f"results file (default {RESULTS})")
+    ap.add_argument("--malloc", default="glibc",
+                    help="both arms' malloc: glibc (a plain Python process's), tcmalloc, jemalloc or auto "
+                         "(ART_MALLOC, art_train/allocator.py: what `art` runs under)")
     args = ap.parse_args()
     shape = "smoke" if args.smoke else "full"
     if args.child:
@@ -207,7 +215,8 @@ def main() -> None:
         for arm in arms:  # alternating
             cmd = [sys.executable, __file__, "--child", arm, "--trl-micro-batch", str(args.trl_micro_batch),
                    "--base-model", args.base_model] + (["--smoke"] if args.smoke else [])
-            out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+            env = dict(os.environ, ART_MALLOC=args.malloc)
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env).stdout
             r = json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
             r["tokens_per_s"] = r["tokens"] / r["seconds"]
             runs[arm].append(r)
@@ -234,6 +243,7 @@ def main() -> None:
             "trl": f"padded micro-batches of {args.trl_micro_batch}, gradient checkpointing on",
             "tokens_per_s": "trained completion tokens / seconds of (tokenize +) forward and backward",
             "peak_rss": "ru_maxrss of a fresh child process per arm",
+            "malloc": f"--malloc {args.malloc} (each run records the library it got)",
         },
     }
     for arm in arms:
