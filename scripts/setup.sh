@@ -41,7 +41,7 @@ fi
 # memory about a third lower than under glibc's malloc, at the same speed or better. A system package,
 # so only as root with apt (ART_SETUP_APT=0 skips it); without it `art` takes Ray's jemalloc or glibc's.
 if [ "${ART_SETUP_APT:-1}" = "1" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
-    && ! ldconfig -p 2>/dev/null | grep -q libtcmalloc_minimal.so.4; then
+    && ! ldconfig -p 2>/dev/null | grep libtcmalloc_minimal.so.4 >/dev/null; then
   echo "setup: installing libtcmalloc-minimal4 (apt)"
   export DEBIAN_FRONTEND=noninteractive
   timeout 300 apt-get install -y -q --no-install-recommends libtcmalloc-minimal4 >/dev/null 2>&1 \
