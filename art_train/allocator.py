@@ -96,7 +96,8 @@ def preload_allocator() -> str | None:
             return None
         return lib
     choice = os.environ.get(ENV, "auto").strip() or "auto"
-    if choice.lower() in _OFF or not sys.platform.startswith("linux"):
+    choice = choice if "/" in choice else choice.lower()
+    if choice in _OFF or not sys.platform.startswith("linux"):
         return None
     current = malloc_library()
     if current is not None and ("tcmalloc" in current or "jemalloc" in current):

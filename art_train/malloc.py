@@ -115,8 +115,8 @@ def _hint_allocator() -> None:
 
     if os.environ.get(ENV, "auto") == "auto" and (lib := find_allocator("auto")) is not None:
         logger.info("malloc is glibc's; %s is installed and takes about a third off a training step's peak "
-                    "memory: run under `art`, or call art_train.allocator.preload_allocator() first thing "
-                    "(docs/training.md)", lib)
+                    "memory: `art serve` uses it (`ART_MALLOC=auto art demo` too), and a script that calls "
+                    "art_train.allocator.preload_allocator() first thing (docs/training.md)", lib)
 
 
 def trim_malloc() -> bool:
