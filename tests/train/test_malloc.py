@@ -22,7 +22,8 @@ del block  # a 16 MiB block freed: glibc's own threshold now rises to 16 MiB
 big, small = [], []
 for _ in range(100):
     big.append(torch.ones(1 << 19))  # 2 MiB
-    small.append(torch.ones(256))  # 1 KiB, kept: each sits after a big block
+    small.append(torch.ones(16 << 10))  # 64 KiB, kept: each sits after a big block (1 KiB ones could fill
+                                        # the holes that imports left, as they did once the imports changed)
 before = rss()
 big.clear()
 freed = before - rss()
