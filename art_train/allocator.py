@@ -22,7 +22,7 @@ import os
 import sys
 from pathlib import Path
 
-__all__ = ["find_allocator", "malloc_library", "preload_allocator"]
+__all__ = ["find_allocator", "malloc_library", "preload_allocator", "preloaded_name"]
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +75,12 @@ def malloc_library() -> str | None:
     return os.fsdecode(info.dli_fname)
 
 
+def preloaded_name() -> str | None:
+    """"tcmalloc" or "jemalloc" where this process's malloc comes from one of them, else None."""
+    lib = Path(malloc_library() or "").name
+    return next((name for name in _FILES if name in lib), None)
+
+
 def _without(preload: str, lib: str) -> str:
     return " ".join(p for p in preload.replace(":", " ").split() if p != lib)
 
@@ -90,18 +96,18 @@ def preload_allocator() -> str | None:
             os.environ["LD_PRELOAD"] = rest
         else:
             os.environ.pop("LD_PRELOAD", None)
-        if malloc_library() != lib:
+        current = malloc_library()
+        if current != lib:
             logger.warning("%s=%s: %s was preloaded but malloc still comes from %s", ENV,
-                           os.environ.get(ENV, "auto"), lib, malloc_library())
+                           os.environ.get(ENV, "auto"), lib, current)
             return None
         return lib
     choice = os.environ.get(ENV, "auto").strip() or "auto"
     choice = choice if "/" in choice else choice.lower()
     if choice in _OFF or not sys.platform.startswith("linux"):
         return None
-    current = malloc_library()
-    if current is not None and ("tcmalloc" in current or "jemalloc" in current):
-        return current  # the user preloaded one already
+    if preloaded_name() is not None:
+        return malloc_library()  # the user preloaded one already
     lib = find_allocator(choice)
     if lib is None:
         if choice != "auto":

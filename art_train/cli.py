@@ -186,7 +186,9 @@ def main(argv: list[str] | None = None) -> int:
     from art_core.cli_logging import pop_verbose, setup_cli_logging
 
     command = sys.argv[1] if argv is None and len(sys.argv) > 1 else None
-    if command in LOADS_MODEL or (command == "demo" and "ART_MALLOC" in os.environ):
+    from .allocator import ENV as MALLOC_ENV
+
+    if command in LOADS_MODEL or (command == "demo" and MALLOC_ENV in os.environ):
         from .allocator import preload_allocator
 
         try:

@@ -32,7 +32,6 @@ import functools
 import logging
 import os
 import sys
-from pathlib import Path
 
 __all__ = ["tune_malloc", "trim_malloc"]
 
@@ -103,11 +102,9 @@ def tune_malloc(arenas: int = 2, mmap_mb: int = 0, huge_pages: bool = False) -> 
 
 @functools.cache
 def _preloaded() -> str | None:
-    """"tcmalloc" or "jemalloc" where this process's malloc is one of them, else None."""
-    from .allocator import malloc_library
+    from .allocator import preloaded_name
 
-    lib = malloc_library() or ""
-    return next((name for name in ("tcmalloc", "jemalloc") if name in Path(lib).name), None)
+    return preloaded_name()
 
 
 def _hint_allocator() -> None:
