@@ -14,6 +14,8 @@ The ours arm also records the step's work (`work/decoder_tokens`, `work/decoder_
 
 Usage: python benchmarks/train_step.py [--runs 1] [--arms ours,trl] [--malloc glibc]  (under flock /tmp/art-heavy.lock)
 `--malloc` picks both arms' malloc (glibc, tcmalloc, jemalloc or auto, as ART_MALLOC; art_train/allocator.py).
+`--autocast bfloat16` runs both arms' matmuls under bfloat16 autocast (TRL's default `bf16=True`; ours
+`ModelConfig(autocast=...)`), only sensible on a CPU with native bfloat16.
 Writes benchmarks/results/train_step.json. `--smoke`: the tiny model, 2 groups x 2 short rows, seconds, to
 --out or a temp file (the TRL arm only where TRL is installed: the dev extras).
 """
@@ -61,11 +63,12 @@ def make_groups(vocab_low: int = 100, vocab_high: int = 40000, seed: int = 0, sh
     return groups
 
 
-def run_ours(base_model: str, shape: str) -> dict:
+def run_ours(base_model: str, shape: str, autocast: str | None) -> dict:
     import art_core as art
     from art_train.trainer import Trainer
 
-    model = art.TrainableModel(name="bench", project="bench", base_model=base_model)
+    model = art.TrainableModel(name="bench", project="bench", base_model=base_model,
+                               config=art.ModelConfig(autocast=autocast))
     trainer = Trainer(model, art.RunDir("bench", "bench", root=tempfile.mkdtemp()), device="cpu")
     result = trainer.train(make_groups(shape=shape), art.TrainConfig(learning_rate=1e-5, max_seq_len=2048))
     m = result.metrics
@@ -73,7 +76,7 @@ def run_ours(base_model: str, shape: str) -> dict:
             **{k: m[k] for k in WORK}}
 
 
-def run_trl(micro_batch: int, base_model: str, shape: str) -> dict:
+def run_trl(micro_batch: int, base_model: str, shape: str, autocast: str | None) -> dict:
     from collections import defaultdict
     from types import SimpleNamespace
 
@@ -168,15 +171,20 @@ def run_trl(micro_batch: int, base_model: str, shape: str) -> dict:
             "completion_mask": completion_mask,
             "advantages": torch.tensor([a for _, _, a in mb], dtype=torch.float32),
         }
-        GRPOTrainer._compute_loss(fake, model, inputs).backward()
+        # TRL's bf16=True (its default) is accelerate's autocast around the forward and the loss
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast is not None):
+            loss = GRPOTrainer._compute_loss(fake, model, inputs)
+        loss.backward()
     return {"tokens": tokens, "seconds": time.perf_counter() - t0}
 
 
-def child(arm: str, micro_batch: int, base_model: str, shape: str) -> None:
+def child(arm: str, micro_batch: int, base_model: str, shape: str, autocast: str | None) -> None:
     from art_train.allocator import malloc_library, preload_allocator
 
     preload_allocator()  # --malloc, through ART_MALLOC: re-runs this child with it preloaded
-    out = run_ours(base_model, shape) if arm == "ours" else run_trl(micro_batch, base_model, shape)
+    out = (run_ours(base_model, shape, autocast) if arm == "ours"
+           else run_trl(micro_batch, base_model, shape, autocast))
+    out["autocast"] = autocast
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out["malloc"] = Path(malloc_library() or "unknown").name
     print("RESULT " + json.dumps(out), flush=True)
@@ -194,10 +202,14 @@ def main() -> None:
     ap.add_argument("--malloc", default="glibc",
                     help="both arms' malloc: glibc (a plain Python process's), tcmalloc, jemalloc or auto "
                          "(ART_MALLOC, art_train/allocator.py: what `art` runs under)")
+    ap.add_argument("--autocast", choices=["bfloat16"], default=None,
+                    help="both arms' matmuls under torch.autocast to bfloat16 (weights and LoRA stay float32): "
+                         "ours ModelConfig(autocast=...), TRL's its default bf16=True; only where the CPU has "
+                         "native bfloat16 (AVX512-BF16, AMX)")
     args = ap.parse_args()
     shape = "smoke" if args.smoke else "full"
     if args.child:
-        child(args.child, args.trl_micro_batch, args.base_model, shape)
+        child(args.child, args.trl_micro_batch, args.base_model, shape, args.autocast)
         return
     out_path = args.out or RESULTS
     arms = args.arms.split(",")
@@ -214,7 +226,8 @@ def main() -> None:
     for _ in range(args.runs):
         for arm in arms:  # alternating
             cmd = [sys.executable, __file__, "--child", arm, "--trl-micro-batch", str(args.trl_micro_batch),
-                   "--base-model", args.base_model] + (["--smoke"] if args.smoke else [])
+                   "--base-model", args.base_model] + (["--smoke"] if args.smoke else []) + (
+                      ["--autocast", args.autocast] if args.autocast else [])
             env = dict(os.environ, ART_MALLOC=args.malloc)
             out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env).stdout
             r = json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
@@ -244,6 +257,7 @@ def main() -> None:
             "tokens_per_s": "trained completion tokens / seconds of (tokenize +) forward and backward",
             "peak_rss": "ru_maxrss of a fresh child process per arm",
             "malloc": f"--malloc {args.malloc} (each run records the library it got)",
+            "autocast": args.autocast or "none (float32 matmuls)",
         },
     }
     for arm in arms:
