@@ -157,6 +157,13 @@ class ModelConfig(BaseModel):
         description="Module names the LoRA wraps.",
     )
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.")
+    recompute_mlp: bool = Field(
+        False,
+        description="Recompute each gated MLP's gate, up and activation in backward instead of keeping them (its "
+        "input only is kept): the same gradients at less memory for more time (on CPU, an agent-shaped GRPO step "
+        "at 0.75x the peak memory and 0.89x the speed). Rows still share their prompt; no effect with "
+        "`gradient_checkpointing`, which recomputes whole layers.",
+    )
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="Weights' dtype: 'auto' is bfloat16 on GPU, float32 on CPU."
     )

@@ -15,7 +15,8 @@ The ours arm also records the step's work (`work/decoder_tokens`, `work/decoder_
 Usage: python benchmarks/train_step.py [--runs 1] [--arms ours,trl] [--malloc glibc]  (under flock /tmp/art-heavy.lock)
 `--malloc` picks both arms' malloc (glibc, tcmalloc, jemalloc or auto, as ART_MALLOC; art_train/allocator.py).
 `--autocast bfloat16` runs both arms' matmuls under bfloat16 autocast (TRL's default `bf16=True`; ours
-`ModelConfig(autocast=...)`), only sensible on a CPU with native bfloat16.
+`ModelConfig(autocast=...)`), only sensible on a CPU with native bfloat16. `--recompute-mlp`: ours with
+`ModelConfig(recompute_mlp=True)` (art_train/trainer/recompute.py).
 Writes benchmarks/results/train_step.json. `--smoke`: the tiny model, 2 groups x 2 short rows, seconds, to
 --out or a temp file (the TRL arm only where TRL is installed: the dev extras).
 """
@@ -63,12 +64,12 @@ def make_groups(vocab_low: int = 100, vocab_high: int = 40000, seed: int = 0, sh
     return groups
 
 
-def run_ours(base_model: str, shape: str, autocast: str | None) -> dict:
+def run_ours(base_model: str, shape: str, autocast: str | None, recompute_mlp: bool = False) -> dict:
     import art_core as art
     from art_train.trainer import Trainer
 
     model = art.TrainableModel(name="bench", project="bench", base_model=base_model,
-                               config=art.ModelConfig(autocast=autocast))
+                               config=art.ModelConfig(autocast=autocast, recompute_mlp=recompute_mlp))
     trainer = Trainer(model, art.RunDir("bench", "bench", root=tempfile.mkdtemp()), device="cpu")
     result = trainer.train(make_groups(shape=shape), art.TrainConfig(learning_rate=1e-5, max_seq_len=2048))
     m = result.metrics
@@ -178,13 +179,15 @@ def run_trl(micro_batch: int, base_model: str, shape: str, autocast: str | None)
     return {"tokens": tokens, "seconds": time.perf_counter() - t0}
 
 
-def child(arm: str, micro_batch: int, base_model: str, shape: str, autocast: str | None) -> None:
+def child(arm: str, micro_batch: int, base_model: str, shape: str, autocast: str | None,
+          recompute_mlp: bool = False) -> None:
     from art_train.allocator import malloc_library, preload_allocator
 
     preload_allocator()  # --malloc, through ART_MALLOC: re-runs this child with it preloaded
-    out = (run_ours(base_model, shape, autocast) if arm == "ours"
+    out = (run_ours(base_model, shape, autocast, recompute_mlp) if arm == "ours"
            else run_trl(micro_batch, base_model, shape, autocast))
     out["autocast"] = autocast
+    out["recompute_mlp"] = recompute_mlp and arm == "ours"
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out["malloc"] = Path(malloc_library() or "unknown").name
     print("RESULT " + json.dumps(out), flush=True)
@@ -206,10 +209,12 @@ def main() -> None:
                     help="both arms' matmuls under torch.autocast to bfloat16 (weights and LoRA stay float32): "
                          "ours ModelConfig(autocast=...), TRL's its default bf16=True; only where the CPU has "
                          "native bfloat16 (AVX512-BF16, AMX)")
+    ap.add_argument("--recompute-mlp", action="store_true",
+                    help="ours with ModelConfig(recompute_mlp=True): the MLP's inner activations recomputed in backward")
     args = ap.parse_args()
     shape = "smoke" if args.smoke else "full"
     if args.child:
-        child(args.child, args.trl_micro_batch, args.base_model, shape, args.autocast)
+        child(args.child, args.trl_micro_batch, args.base_model, shape, args.autocast, args.recompute_mlp)
         return
     out_path = args.out or RESULTS
     arms = args.arms.split(",")
@@ -227,7 +232,8 @@ def main() -> None:
         for arm in arms:  # alternating
             cmd = [sys.executable, __file__, "--child", arm, "--trl-micro-batch", str(args.trl_micro_batch),
                    "--base-model", args.base_model] + (["--smoke"] if args.smoke else []) + (
-                      ["--autocast", args.autocast] if args.autocast else [])
+                      ["--autocast", args.autocast] if args.autocast else []) + (
+                      ["--recompute-mlp"] if args.recompute_mlp else [])
             env = dict(os.environ, ART_MALLOC=args.malloc)
             out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env).stdout
             r = json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
@@ -252,7 +258,8 @@ def main() -> None:
             "lora_targets": "q,k,v,o,gate,up,down",
             "device": "cpu",
             "cpu_threads": os.cpu_count(),
-            "ours": "TrainConfig(max_seq_len=2048), one sequence per row on CPU, no gradient checkpointing",
+            "ours": "TrainConfig(max_seq_len=2048), one sequence per row on CPU, no gradient checkpointing"
+                    + (", ModelConfig(recompute_mlp=True)" if args.recompute_mlp else ""),
             "trl": f"padded micro-batches of {args.trl_micro_batch}, gradient checkpointing on",
             "tokens_per_s": "trained completion tokens / seconds of (tokenize +) forward and backward",
             "peak_rss": "ru_maxrss of a fresh child process per arm",

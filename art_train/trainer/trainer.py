@@ -37,6 +37,7 @@ from .grpo import grpo_step
 from .off_policy import drop_stale, max_age
 from .policy import Policy, Progress
 from .probe import HalfPrecisionReference, adapter_logprobs
+from .recompute import recompute_mlp
 from .sft import sft_step
 from .tokenize import Sequence, check_prefix_preserving
 
@@ -156,6 +157,9 @@ class Trainer:
         base = load_causal_lm(self.base_path, config.dtype, self.device, empty=empty, host=host)
         if config.gradient_checkpointing:
             base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        elif config.recompute_mlp and not recompute_mlp(base):
+            logger.warning("recompute_mlp: %s has no gated MLP (gate_proj, up_proj, down_proj); nothing is recomputed",
+                           self.base_path)
         if latest is None or empty:
             torch.manual_seed(config.seed)
             lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,

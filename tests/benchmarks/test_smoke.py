@@ -163,7 +163,7 @@ def check_train_step(doc: dict[str, Any]) -> None:
     _keys(doc, "ours_tokens_per_s", "ours_peak_rss_mb", "ours_work/decoder_tokens", "ours_work/decoder_calls",
           "ours_work/decoder_tokens_per_trained_token")
     assert doc["ours_work/decoder_calls"] > 0 and doc["ours_work/decoder_tokens_per_trained_token"] >= 1
-    assert all(r["autocast"] is None for r in doc["runs"]["ours"])  # float32 unless --autocast bfloat16
+    assert all(r["autocast"] is None and r["recompute_mlp"] is False for r in doc["runs"]["ours"])  # the defaults
     if importlib.util.find_spec("trl") is not None:  # TRL comes with the dev extras; else its arm is skipped
         _keys(doc, "trl_tokens_per_s", "ratio", "rss_ratio")
 
