@@ -83,3 +83,14 @@ def test_the_trainer_recomputes_when_the_model_config_asks(tiny_model_path: Path
     trainer = Trainer(model, art.RunDir("t", "r", root=tmp_path), device="cpu")
     mlps = [m for m in trainer.policy.causal_lm.modules() if hasattr(m, "gate_proj") and hasattr(m, "act_fn")]
     assert mlps and all(getattr(m, "_art_recomputes", False) is recompute for m in mlps)
+
+
+def test_an_mlp_with_another_formula_is_left_as_it_is(tiny_model_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # the same attribute names, another formula (the activation on up): recomputing would change the model
+    base = load_causal_lm(tiny_model_path, dtype="float32", device="cpu")
+    mlp_type = type(base.model.layers[0].mlp)
+    other = type("SwappedMLP", (mlp_type,), {"forward": lambda self, x: self.down_proj(self.gate_proj(x) * self.act_fn(self.up_proj(x)))})
+    for layer in base.model.layers:
+        layer.mlp.__class__ = other
+    assert recompute_mlp(base) == 0
+    assert "SwappedMLP does not compute" in caplog.text

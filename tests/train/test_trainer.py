@@ -259,7 +259,10 @@ def test_multiple_batches_and_epochs_use_old_policy(trainer: Trainer) -> None:
     assert result.metrics["clip_fraction"] > 0  # later steps move away from the old policy
 
 
-def test_sft_raises_target_probability(trainer: Trainer) -> None:
+def test_sft_raises_target_probability(tiny_model_path, tmp_path) -> None:  # noqa: ANN001
+    # its own trainer: on the module's, how much 3 steps gain depends on which tests ran there before (xdist)
+    model = art.TrainableModel(name="sft", project="t", base_model=str(tiny_model_path))
+    trainer = Trainer(model, art.RunDir("t", "sft", root=tmp_path), device="cpu")
     messages = [{"role": "user", "content": "capital?"}, {"role": "assistant", "content": "Paris"}]
     trajectories = [art.Trajectory(messages=messages) for _ in range(4)]
     ids = _render_ids(trainer, messages)
