@@ -158,8 +158,8 @@ class Trainer:
         if config.gradient_checkpointing:
             base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         elif config.recompute_mlp and not recompute_mlp(base):
-            logger.warning("recompute_mlp: %s has no gated MLP (gate_proj, up_proj, down_proj); nothing is recomputed",
-                           self.base_path)
+            logger.warning("recompute_mlp: no MLP of %s takes it (none is a gated MLP down(act(gate(x)) * up(x)));"
+                           " nothing is recomputed", self.base_path)
         if latest is None or empty:
             torch.manual_seed(config.seed)
             lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
