@@ -30,6 +30,7 @@ from ...models import (
     template_messages,
     tool_parser_for,
 )
+from .. import packed
 from ..attention import use_float32_cache_attention
 from ..base import ChatRequest, EngineError, SamplingParams
 from ..grammar import Grammars, schema_for
@@ -103,11 +104,39 @@ class TransformersEngine:
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
+        """Load the model on the engine's own thread, then serve from it.
+
+        Every torch op of the engine runs on that one thread. A second thread that runs parallel ops
+        (a loader from `asyncio.to_thread`) keeps an OpenMP pool of its own; once libgomp manages more
+        threads than there are CPUs it stops spinning between parallel regions, and each small op of a
+        decode step waits for its worker to wake (1.3x slower decode steps at 64 rows on 2 cores).
+        """
         if self._thread is not None:
             return
-        await asyncio.to_thread(self._load)
-        self._thread = threading.Thread(target=self.scheduler.run, name="art-engine", daemon=True)
-        self._thread.start()
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Future[None] = loop.create_future()
+
+        def settle(exc: BaseException | None) -> None:
+            if not ready.done():
+                ready.set_exception(exc) if exc is not None else ready.set_result(None)
+
+        def main() -> None:
+            try:
+                self._load()
+            except BaseException as exc:  # noqa: BLE001 - handed to start's caller
+                loop.call_soon_threadsafe(settle, exc)
+                return
+            loop.call_soon_threadsafe(settle, None)
+            self.scheduler.run()
+
+        thread = threading.Thread(target=main, name="art-engine", daemon=True)
+        thread.start()
+        try:
+            await ready
+        except BaseException:
+            await asyncio.to_thread(thread.join, 30)
+            raise
+        self._thread = thread
 
     def _load(self) -> None:
         from ...models import resolve_base_model
@@ -126,6 +155,8 @@ class TransformersEngine:
             use_float32_cache_attention(self.model)
             self.cache_dtype = torch.float32
         self.base = BaseWeights(self.model, merge_half=merges_half(self.torch_device))
+        # bfloat16 on CPU: weights packed once for oneDNN (same products, faster at decode sizes)
+        self.packed = packed.packable(self.model) and packed.pack(self.model) > 0
         self._models[None] = self.model
         ids = {self.tokenizer.eos_token_id, self.tokenizer.convert_tokens_to_ids("<|im_end|>")}
         gen_eos = getattr(self.model.generation_config, "eos_token_id", None)
@@ -188,10 +219,18 @@ class TransformersEngine:
                     if key is not None and key not in busy:
                         target = self._models.pop(key)
                         break
-            if target is None:
-                target = copy.deepcopy(self.model)
             t0 = time.perf_counter()
-            self.base.apply(target, lora)
+            if self.packed:  # a copy shares the base's tensors but those this merge writes
+                names = set(self.base.saved) | set(lora)
+                if target is None:
+                    target = packed.copy_for_merge(self.model, names)
+                else:
+                    packed.restore(target, names)
+                self.base.apply(target, lora)
+                packed.repack(target, names)
+            else:
+                target = target if target is not None else copy.deepcopy(self.model)
+                self.base.apply(target, lora)
             logger.debug("merged adapter %s in %.3fs", adapter, time.perf_counter() - t0)
             self._models[adapter] = target
             return target

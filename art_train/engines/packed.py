@@ -1,0 +1,123 @@
+"""bfloat16 linear layers on weights packed once for oneDNN, for the embedded engine on CPU.
+
+`F.linear` on bfloat16 CPU tensors hands the weight to oneDNN, which reorders it into its blocked
+layout on every call. At decode sizes (1 to 64 rows) that reorder is a large part of the multiply:
+packing once (`torch.ops.mkldnn._reorder_linear_weight`, what torch's inductor does for frozen
+bfloat16 linears) and calling `_linear_pointwise` took smollm2-135m's projections 1.3-2.1x faster
+and its output layer 1.3-3x faster at 1-64 rows, with the same results bit for bit
+(`benchmarks/engine_flops.py`, docs/serving.md).
+
+An engine packs its base model once (`pack`); a copy that serves an adapter shares every tensor of
+the base except the weights the adapter changes (`share`), which `repack` merges, packs and then
+frees: a copy holds one packed form of each changed weight, not a plain one as well.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["PackedLinear", "packable", "pack", "copy_for_merge", "repack"]
+
+logger = logging.getLogger(__name__)
+
+
+def _reorder(weight: torch.Tensor) -> torch.Tensor:
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach())
+
+
+class PackedLinear(torch.nn.Linear):
+    """`nn.Linear` that multiplies by `art_packed` (the weight in oneDNN's layout) when it is set.
+
+    A module whose weight was freed (`repack(..., free=True)`) has an empty `weight`: only
+    `art_packed` holds its values.
+    """
+
+    art_packed: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.art_packed is None:
+            return F.linear(x, self.weight, self.bias)
+        return torch.ops.mkldnn._linear_pointwise(x, self.art_packed, self.bias, "none", [], "")
+
+
+def _linears(model: Any) -> Iterable[tuple[str, torch.nn.Linear]]:
+    for name, module in model.named_modules():
+        if type(module) in (torch.nn.Linear, PackedLinear) and module.weight.dtype == torch.bfloat16 \
+                and module.weight.device.type == "cpu":
+            yield name, module
+
+
+def packable(model: Any) -> bool:
+    """Whether `model` has bfloat16 CPU linears and this torch packs them with results equal to `F.linear`'s.
+
+    Checked on the first linear with a random input of a few rows; a build without the ops, or one whose
+    packed product differs (another oneDNN path on another CPU), is left unpacked, with the reason logged.
+    """
+    first = next(iter(_linears(model)), None)
+    if first is None or not torch.backends.mkldnn.is_available():
+        return False
+    weight = first[1].weight.detach()
+    try:
+        x = torch.randn(5, weight.shape[1], generator=torch.Generator().manual_seed(0)).to(weight.dtype)
+        same = torch.equal(torch.ops.mkldnn._linear_pointwise(x, _reorder(weight), None, "none", [], ""),
+                           F.linear(x, weight))
+    except (RuntimeError, AttributeError) as exc:
+        logger.info("bfloat16 linears stay unpacked: packing failed here (%s)", exc)
+        return False
+    if not same:
+        logger.info("bfloat16 linears stay unpacked: the packed product differs from F.linear's on this CPU")
+    return same
+
+
+def pack(model: Any) -> int:
+    """Give every bfloat16 CPU linear of `model` a packed weight (plain weights kept); returns how many."""
+    count = 0
+    with torch.no_grad():
+        for _, module in _linears(model):
+            module.__class__ = PackedLinear
+            module.art_packed = _reorder(module.weight)
+            count += 1
+    return count
+
+
+def copy_for_merge(model: Any, names: Iterable[str]) -> Any:
+    """A copy of packed `model` sharing all its tensors but the weights of `names`, which get fresh,
+    uninitialised storage for a merge to write (then `repack`). The packed tensors cannot be
+    deep-copied (oneDNN's opaque layout), and a copy of the rest would cost memory for nothing."""
+    memo: dict[int, Any] = {}
+    for tensor in [*model.parameters(), *model.buffers()]:
+        memo[id(tensor)] = tensor
+    for module in model.modules():
+        if isinstance(module, PackedLinear) and module.art_packed is not None:
+            memo[id(module.art_packed)] = module.art_packed
+    target = copy.deepcopy(model, memo)
+    restore(target, names)
+    return target
+
+
+def restore(model: Any, names: Iterable[str]) -> None:
+    """Give the linears `names` of `model` their own plain weight storage (contents undefined) for a merge."""
+    modules = dict(model.named_modules())
+    for name in names:
+        module = modules[name]
+        module.weight = torch.nn.Parameter(
+            torch.empty(module.out_features, module.in_features, dtype=module.weight.dtype,
+                        device=module.weight.device), requires_grad=False)
+
+
+def repack(model: Any, names: Iterable[str]) -> None:
+    """Pack the just-merged weights of `names` and free their plain storage."""
+    modules = dict(model.named_modules())
+    with torch.no_grad():
+        for name in names:
+            module = modules[name]
+            if not isinstance(module, PackedLinear):
+                continue
+            module.art_packed = _reorder(module.weight)
+            module.weight = torch.nn.Parameter(module.weight.new_empty(0), requires_grad=False)
