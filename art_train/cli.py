@@ -116,6 +116,7 @@ def serve(args: argparse.Namespace) -> int:
     from .config import BackendConfig
     from .server import create_app
     from .service import ModelService
+    from .threads import use_fresh_threads
 
     if not _loopback(args.host) and not args.api_key:
         console.print(f"[red]--host {args.host} is reachable from other machines: pass --api-key KEY "
@@ -129,6 +130,10 @@ def serve(args: argparse.Namespace) -> int:
                                          replica_launcher="ray" if args.ray else "local",
                                          train_launcher="ray" if args.ray else "local"))
     app = create_app(service, api_key=args.api_key, max_body_bytes=int(args.max_request_mb * 2**20))
+
+    @app.on_event("startup")
+    async def _threads() -> None:
+        use_fresh_threads()  # no OpenMP pool outlives the trainer call that made it (threads.py)
 
     @app.on_event("shutdown")
     async def _close() -> None:

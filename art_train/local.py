@@ -23,6 +23,7 @@ from art_core.config import train_config
 
 from .config import BackendConfig
 from .service import ModelService
+from .threads import use_fresh_threads
 
 __all__ = ["LocalBackend"]
 
@@ -98,6 +99,7 @@ class LocalBackend:
         def run() -> None:
             loop = asyncio.new_event_loop()
             asyncio.set_event_loop(loop)
+            use_fresh_threads(loop)  # no OpenMP pool outlives the trainer call that made it (threads.py)
             self._loop = loop
             loop.call_soon(ready.set)
             try:

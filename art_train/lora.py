@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,12 +115,17 @@ class BaseWeights:
     """The original weights of the modules an adapter touches, so any adapter can be merged afresh.
 
     `merge_half`: False applies an adapter unmerged to half-precision weights (see `merges_half`).
+    `originals`: where a module's original weight comes from, by name, when `model` itself is never a merge
+    target, only copies of it are (an engine's base): nothing is cloned then.
     """
 
-    def __init__(self, model: Any, merge_half: bool = True) -> None:
+    def __init__(self, model: Any, merge_half: bool = True,
+                 originals: Callable[[str], torch.Tensor] | None = None) -> None:
         self.model = model
         self.merge_half = merge_half
+        self.originals = originals
         self.saved: dict[str, torch.Tensor] = {}
+        self.touched: set[str] = set()  # every module a merge has written, back to its original when unused
         self.modules = dict(model.named_modules())
 
     def _module(self, name: str) -> Any:
@@ -133,14 +139,21 @@ class BaseWeights:
 
         One pass per weight: ``W = W0 + scale * b @ a`` is written in place by addmm.
         """
+        if self.originals is not None and target is self.model:
+            raise ValueError("BaseWeights(originals=...) reads the model's own weights as the originals: merge into a copy")
         target_modules = dict(target.named_modules())
-        touched = set(self.saved) | set(lora or {})
+        for name in set(lora or {}) - self.touched:
+            self._module(name)  # an unknown module fails before anything is written
+        self.touched |= set(lora or {})
         with torch.no_grad():
-            for name in touched:
-                if name not in self.saved:
-                    self.saved[name] = self._module(name).weight.detach().clone()
+            for name in sorted(self.touched):
+                if self.originals is not None:
+                    base = self.originals(name)
+                elif name not in self.saved:
+                    base = self.saved[name] = self._module(name).weight.detach().clone()
+                else:
+                    base = self.saved[name]
                 weight = target_modules[name].weight
-                base = self.saved[name]
                 pair = lora.get(name) if lora else None
                 module = target_modules[name]
                 if getattr(module, "art_lora", None) is not None:

@@ -41,7 +41,7 @@ from art_train.engines.base import ChatRequest, SamplingParams
 from art_train.engines.transformers.engine import TransformersEngine
 
 def linear_weights(model):
-    n = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    n = sum(m.in_features * m.out_features for m in model.modules() if isinstance(m, torch.nn.Linear))  # packed: weight freed
     head = model.get_output_embeddings()
     return n if isinstance(head, torch.nn.Linear) else n + head.weight.numel()
 

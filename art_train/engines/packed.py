@@ -7,9 +7,10 @@ bfloat16 linears) and calling `_linear_pointwise` took smollm2-135m's projection
 and its output layer 1.3-3x faster at 1-64 rows, with the same results bit for bit
 (`benchmarks/engine_flops.py`, docs/serving.md).
 
-An engine packs its base model once (`pack`); a copy that serves an adapter shares every tensor of
-the base except the weights the adapter changes (`share`), which `repack` merges, packs and then
-frees: a copy holds one packed form of each changed weight, not a plain one as well.
+An engine packs its base model once and keeps only the packed weights (`pack(free=True)`; a merge
+reads the originals back with `dense_weight`). A copy that serves an adapter shares every tensor of the
+base except the weights the adapter changes (`copy_for_merge`), which are merged, packed and freed
+(`repack`): each weight is held once, packed.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-__all__ = ["PackedLinear", "packable", "pack", "copy_for_merge", "repack"]
+__all__ = ["PackedLinear", "packable", "pack", "dense_weight", "copy_for_merge", "restore", "repack"]
 
 logger = logging.getLogger(__name__)
 
@@ -75,15 +76,29 @@ def packable(model: Any) -> bool:
     return same
 
 
-def pack(model: Any) -> int:
-    """Give every bfloat16 CPU linear of `model` a packed weight (plain weights kept); returns how many."""
+def pack(model: Any, free: bool = False) -> int:
+    """Give every bfloat16 CPU linear of `model` a packed weight; returns how many.
+
+    `free`: drop each plain weight that nothing else holds (`dense_weight` gives it back on demand); a weight
+    shared with another module (an output layer tied to the embeddings) stays.
+    """
+    shared = {id(p) for m in model.modules() if not isinstance(m, torch.nn.Linear) for p in m.parameters(recurse=False)}
     count = 0
     with torch.no_grad():
-        for _, module in _linears(model):
+        for _, module in list(_linears(model)):
             module.__class__ = PackedLinear
             module.art_packed = _reorder(module.weight)
+            if free and id(module.weight) not in shared:
+                module.weight = torch.nn.Parameter(module.weight.new_empty(0), requires_grad=False)
             count += 1
     return count
+
+
+def dense_weight(module: Any) -> torch.Tensor:
+    """`module`'s weight as a plain tensor: its own, or unpacked from `art_packed` (a new tensor) when freed."""
+    if module.weight.numel() == 0 and getattr(module, "art_packed", None) is not None:
+        return module.art_packed.to_dense()
+    return module.weight.detach()
 
 
 def copy_for_merge(model: Any, names: Iterable[str]) -> Any:

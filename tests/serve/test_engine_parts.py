@@ -134,6 +134,21 @@ def test_merged_adapter_equals_peft_merge(tiny_model_path: Path, tmp_path: Path)
     with pytest.raises(FileNotFoundError, match="adapter_config.json"):
         load_lora(tmp_path)
 
+    # an engine's base is merged into copies only: its own weights are the originals, nothing is cloned
+    modules = dict(fresh.named_modules())
+    aliased = BaseWeights(fresh, originals=lambda name: modules[name].weight.detach())
+    copy = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
+    aliased.apply(copy, load_lora(tmp_path / "adapter"))
+    assert all(torch.allclose(t, expected[n], atol=1e-6) for n, t in copy.state_dict().items())
+    assert aliased.saved == {} and aliased.touched == weights.touched
+    aliased.apply(copy, None)
+    assert all(torch.equal(t, original[n]) for n, t in copy.state_dict().items())
+    assert all(torch.equal(t, original[n]) for n, t in fresh.state_dict().items())
+    with pytest.raises(ValueError, match="merge into a copy"):
+        aliased.apply(fresh, None)
+    with pytest.raises(ValueError, match="this model does not have"):
+        aliased.apply(copy, {"model.layers.9.nothing": next(iter(load_lora(tmp_path / "adapter").values()))})
+
 
 @pytest.mark.heavy
 def test_float32_cache_attention_is_registered_only_when_used() -> None:

@@ -32,9 +32,9 @@ def _lora(model: torch.nn.Module, names: list[str], seed: int) -> dict[str, Lora
     modules = dict(model.named_modules())
     out = {}
     for name in names:
-        weight = modules[name].weight
-        out[name] = LoraPair(torch.randn(weight.shape[0], 4, generator=gen) * 0.05,
-                             torch.randn(4, weight.shape[1], generator=gen) * 0.05, 2.0)
+        module = modules[name]
+        out[name] = LoraPair(torch.randn(module.out_features, 4, generator=gen) * 0.05,
+                             torch.randn(4, module.in_features, generator=gen) * 0.05, 2.0)
     return out
 
 
@@ -58,9 +58,16 @@ def test_packed_model_gives_the_plain_models_logits_bit_for_bit(packed_or_skip: 
 
 def test_a_merged_copy_shares_the_base_and_frees_what_it_packed(packed_or_skip: Path) -> None:
     base, reference = _model(packed_or_skip), _model(packed_or_skip)
-    packed.pack(base)
+    plain = {n: m.weight.detach().clone() for n, m in base.named_modules() if isinstance(m, torch.nn.Linear)}
+    packed.pack(base, free=True)  # as the engine does: only packed weights kept, originals read back from them
+    head = base.get_output_embeddings()
+    for name, module in base.named_modules():
+        if isinstance(module, torch.nn.Linear):
+            assert module.weight.numel() == 0 or (module is head and base.config.tie_word_embeddings)
+            assert torch.equal(packed.dense_weight(module), plain[name])
     before = {k: v.clone() for k, v in base.state_dict().items()}
-    weights = BaseWeights(base)
+    base_modules = dict(base.named_modules())
+    weights = BaseWeights(base, originals=lambda name: packed.dense_weight(base_modules[name]))
     names = ["model.layers.0.self_attn.q_proj", "model.layers.1.mlp.down_proj"]
     lora = _lora(base, names, 0)
 
@@ -69,7 +76,7 @@ def test_a_merged_copy_shares_the_base_and_frees_what_it_packed(packed_or_skip: 
     packed.repack(target, names)
     BaseWeights(reference).apply(reference, lora)  # the plain merge, in place
 
-    modules, base_modules = dict(target.named_modules()), dict(base.named_modules())
+    modules = dict(target.named_modules())
     for name in names:  # merged and packed; the plain copy is gone
         assert modules[name].weight.numel() == 0
         assert modules[name].art_packed is not base_modules[name].art_packed
@@ -83,7 +90,7 @@ def test_a_merged_copy_shares_the_base_and_frees_what_it_packed(packed_or_skip: 
 
     # reused for another adapter on other modules: the earlier ones go back to the base's values
     lora2 = _lora(base, ["model.layers.1.self_attn.v_proj"], 1)
-    names2 = set(weights.saved) | set(lora2)
+    names2 = weights.touched | set(lora2)
     packed.restore(target, names2)
     weights.apply(target, lora2)
     packed.repack(target, names2)

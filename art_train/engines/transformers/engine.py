@@ -154,9 +154,12 @@ class TransformersEngine:
                 and self.model.config._attn_implementation == "sdpa"):
             use_float32_cache_attention(self.model)
             self.cache_dtype = torch.float32
-        self.base = BaseWeights(self.model, merge_half=merges_half(self.torch_device))
-        # bfloat16 on CPU: weights packed once for oneDNN (same products, faster at decode sizes)
-        self.packed = packed.packable(self.model) and packed.pack(self.model) > 0
+        # bfloat16 on CPU: weights packed once for oneDNN (same products, faster at decode sizes), plain ones freed
+        self.packed = packed.packable(self.model) and packed.pack(self.model, free=True) > 0
+        modules = dict(self.model.named_modules())
+        # adapters are merged into copies only, so the base's own weights are the originals (nothing cloned)
+        self.base = BaseWeights(self.model, merge_half=merges_half(self.torch_device),
+                                originals=lambda name: packed.dense_weight(modules[name]))
         self._models[None] = self.model
         ids = {self.tokenizer.eos_token_id, self.tokenizer.convert_tokens_to_ids("<|im_end|>")}
         gen_eos = getattr(self.model.generation_config, "eos_token_id", None)
@@ -221,7 +224,7 @@ class TransformersEngine:
                         break
             t0 = time.perf_counter()
             if self.packed:  # a copy shares the base's tensors but those this merge writes
-                names = set(self.base.saved) | set(lora)
+                names = self.base.touched | set(lora)
                 if target is None:
                     target = packed.copy_for_merge(self.model, names)
                 else:
