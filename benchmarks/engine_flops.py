@@ -89,7 +89,7 @@ async def main():
                 continue
             elif e.name == "sample" or "sample" in chain:
                 us["sampling"] += e.self_cpu_time_total
-            elif e.name in ("aten::mm", "aten::addmm", "aten::bmm"):
+            elif e.name in ("aten::mm", "aten::addmm", "aten::bmm", "mkldnn::_linear_pointwise"):  # the last: packed
                 us["matmul"] += e.self_cpu_time_total
             elif "attention" in e.name:
                 us["attention"] += e.self_cpu_time_total
