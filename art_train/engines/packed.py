@@ -1,10 +1,9 @@
 """bfloat16 linear layers on weights packed once for oneDNN, for the embedded engine on CPU.
 
 `F.linear` on bfloat16 CPU tensors hands the weight to oneDNN, which reorders it into its blocked
-layout on every call. At decode sizes (1 to 64 rows) that reorder is a large part of the multiply:
-packing once (`torch.ops.mkldnn._reorder_linear_weight`, what torch's inductor does for frozen
-bfloat16 linears) and calling `_linear_pointwise` took smollm2-135m's projections 1.3-2.1x faster
-and its output layer 1.3-3x faster at 1-64 rows, with the same results bit for bit
+layout on every call; at decode sizes (1 to 64 rows) that reorder is a large part of the multiply.
+Packing once (`torch.ops.mkldnn._reorder_linear_weight`, what torch's inductor does for frozen
+bfloat16 linears) and calling `_linear_pointwise` gives the same results bit for bit, faster
 (`benchmarks/engine_flops.py`, docs/serving.md).
 
 An engine packs its base model once and keeps only the packed weights (`pack(free=True)`; a merge

@@ -109,7 +109,7 @@ class TransformersEngine:
         Every torch op of the engine runs on that one thread. A second thread that runs parallel ops
         (a loader from `asyncio.to_thread`) keeps an OpenMP pool of its own; once libgomp manages more
         threads than there are CPUs it stops spinning between parallel regions, and each small op of a
-        decode step waits for its worker to wake (1.3x slower decode steps at 64 rows on 2 cores).
+        decode step then waits for its worker to wake (see `art_train.threads`).
         """
         if self._thread is not None:
             return
