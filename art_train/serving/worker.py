@@ -110,7 +110,9 @@ async def _serve(args: argparse.Namespace, key: str) -> None:
     from art_core import ModelConfig
 
     from ..engines.transformers import TransformersEngine
+    from ..threads import use_fresh_threads
 
+    use_fresh_threads()  # adapter loads and fingerprints leave no OpenMP pool behind (threads.py)
     config = ModelConfig.model_validate_json(args.model_config) if args.model_config else None
     engine = TransformersEngine(args.model, model_config=config, device=args.device, dtype=args.dtype)
     await engine.start()  # the model is loaded before the port opens: /health answering means ready
