@@ -34,7 +34,7 @@ def _reorder(weight: torch.Tensor) -> torch.Tensor:
 class PackedLinear(torch.nn.Linear):
     """`nn.Linear` that multiplies by `art_packed` (the weight in oneDNN's layout) when it is set.
 
-    A module whose weight was freed (`repack(..., free=True)`) has an empty `weight`: only
+    A module whose weight was freed (`pack(..., free=True)`, `repack`) has an empty `weight`: only
     `art_packed` holds its values.
     """
 
