@@ -8,8 +8,8 @@ bfloat16 linears) and calling `_linear_pointwise` gives the same results bit for
 
 An engine packs its base model once and keeps only the packed weights (`pack(free=True)`; a merge
 reads the originals back with `dense_weight`). A copy that serves an adapter shares every tensor of the
-base except the weights the adapter changes (`copy_for_merge`), which are merged, packed and freed
-(`repack`): each weight is held once, packed.
+base except the weights the adapter changes, which are merged, packed and freed (`merge`): each weight
+is held once, packed.
 """
 
 from __future__ import annotations
@@ -17,12 +17,15 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 
-__all__ = ["PackedLinear", "packable", "pack", "dense_weight", "copy_for_merge", "restore", "repack"]
+if TYPE_CHECKING:
+    from ..lora import BaseWeights, LoraPair
+
+__all__ = ["PackedLinear", "packable", "pack", "dense_weight", "merge"]
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +37,7 @@ def _reorder(weight: torch.Tensor) -> torch.Tensor:
 class PackedLinear(torch.nn.Linear):
     """`nn.Linear` that multiplies by `art_packed` (the weight in oneDNN's layout) when it is set.
 
-    A module whose weight was freed (`pack(..., free=True)`, `repack`) has an empty `weight`: only
+    A module whose weight was freed (`pack(..., free=True)`, `merge`) has an empty `weight`: only
     `art_packed` holds its values.
     """
 
@@ -88,7 +91,7 @@ def pack(model: Any, free: bool = False) -> int:
             module.__class__ = PackedLinear
             module.art_packed = _reorder(module.weight)
             if free and id(module.weight) not in shared:
-                module.weight = torch.nn.Parameter(module.weight.new_empty(0), requires_grad=False)
+                _free(module)
             count += 1
     return count
 
@@ -100,38 +103,38 @@ def dense_weight(module: Any) -> torch.Tensor:
     return module.weight.detach()
 
 
-def copy_for_merge(model: Any, names: Iterable[str]) -> Any:
-    """A copy of packed `model` sharing all its tensors but the weights of `names`, which get fresh,
-    uninitialised storage for a merge to write (then `repack`). The packed tensors cannot be
-    deep-copied (oneDNN's opaque layout), and a copy of the rest would cost memory for nothing."""
+def merge(weights: BaseWeights, model: Any, lora: dict[str, LoraPair] | None, target: Any = None) -> Any:
+    """`weights.apply` for packed `model` (whose base `weights` reads): `target`, an earlier result to reuse,
+    or None for a new copy, gets fresh storage for every weight the merge writes, which are then merged,
+    packed and freed. Returns the target."""
+    names = weights.touched | set(lora or {})
+    target = _copy(model) if target is None else target
+    modules = dict(target.named_modules())
+    for name in names:
+        module = modules[name]
+        module.weight = torch.nn.Parameter(
+            torch.empty(module.out_features, module.in_features, dtype=module.weight.dtype,
+                        device=module.weight.device), requires_grad=False)
+    weights.apply(target, lora)
+    with torch.no_grad():
+        for name in names:
+            if isinstance(modules[name], PackedLinear):
+                modules[name].art_packed = _reorder(modules[name].weight)
+                _free(modules[name])
+    return target
+
+
+def _copy(model: Any) -> Any:
+    """A copy of packed `model` sharing all its tensors (the packed ones cannot be deep-copied: oneDNN's opaque
+    layout; the rest would cost memory for nothing); `merge` gives the ones it writes their own storage."""
     memo: dict[int, Any] = {}
     for tensor in [*model.parameters(), *model.buffers()]:
         memo[id(tensor)] = tensor
     for module in model.modules():
         if isinstance(module, PackedLinear) and module.art_packed is not None:
             memo[id(module.art_packed)] = module.art_packed
-    target = copy.deepcopy(model, memo)
-    restore(target, names)
-    return target
+    return copy.deepcopy(model, memo)
 
 
-def restore(model: Any, names: Iterable[str]) -> None:
-    """Give the linears `names` of `model` their own plain weight storage (contents undefined) for a merge."""
-    modules = dict(model.named_modules())
-    for name in names:
-        module = modules[name]
-        module.weight = torch.nn.Parameter(
-            torch.empty(module.out_features, module.in_features, dtype=module.weight.dtype,
-                        device=module.weight.device), requires_grad=False)
-
-
-def repack(model: Any, names: Iterable[str]) -> None:
-    """Pack the just-merged weights of `names` and free their plain storage."""
-    modules = dict(model.named_modules())
-    with torch.no_grad():
-        for name in names:
-            module = modules[name]
-            if not isinstance(module, PackedLinear):
-                continue
-            module.art_packed = _reorder(module.weight)
-            module.weight = torch.nn.Parameter(module.weight.new_empty(0), requires_grad=False)
+def _free(module: Any) -> None:
+    module.weight = torch.nn.Parameter(module.weight.new_empty(0), requires_grad=False)

@@ -71,9 +71,7 @@ def test_a_merged_copy_shares_the_base_and_frees_what_it_packed(packed_or_skip: 
     names = ["model.layers.0.self_attn.q_proj", "model.layers.1.mlp.down_proj"]
     lora = _lora(base, names, 0)
 
-    target = packed.copy_for_merge(base, names)
-    weights.apply(target, lora)
-    packed.repack(target, names)
+    target = packed.merge(weights, base, lora)
     BaseWeights(reference).apply(reference, lora)  # the plain merge, in place
 
     modules = dict(target.named_modules())
@@ -90,10 +88,7 @@ def test_a_merged_copy_shares_the_base_and_frees_what_it_packed(packed_or_skip: 
 
     # reused for another adapter on other modules: the earlier ones go back to the base's values
     lora2 = _lora(base, ["model.layers.1.self_attn.v_proj"], 1)
-    names2 = weights.touched | set(lora2)
-    packed.restore(target, names2)
-    weights.apply(target, lora2)
-    packed.repack(target, names2)
+    assert packed.merge(weights, base, lora2, target) is target
     reference = _model(packed_or_skip)
     BaseWeights(reference).apply(reference, lora2)
     with torch.inference_mode():

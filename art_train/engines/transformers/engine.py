@@ -224,13 +224,7 @@ class TransformersEngine:
                         break
             t0 = time.perf_counter()
             if self.packed:  # a copy shares the base's tensors but those this merge writes
-                names = self.base.touched | set(lora)
-                if target is None:
-                    target = packed.copy_for_merge(self.model, names)
-                else:
-                    packed.restore(target, names)
-                self.base.apply(target, lora)
-                packed.repack(target, names)
+                target = packed.merge(self.base, self.model, lora, target)
             else:
                 target = target if target is not None else copy.deepcopy(self.model)
                 self.base.apply(target, lora)
