@@ -111,12 +111,17 @@ def _unmerged(module: Any, args: tuple, output: torch.Tensor) -> torch.Tensor:
     return (output.float() + pair.scale * delta).to(output.dtype)
 
 
+def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.numel() > 0 and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
 class BaseWeights:
     """The original weights of the modules an adapter touches, so any adapter can be merged afresh.
 
     `merge_half`: False applies an adapter unmerged to half-precision weights (see `merges_half`).
-    `originals`: where a module's original weight comes from, by name, when `model` itself is never a merge
-    target, only copies of it are (an engine's base): nothing is cloned then.
+    `originals`: where a module's original weight comes from, by name, at the target's dtype, when something
+    else holds it (an engine's base, merged into copies only; the trainer's frozen base): nothing is cloned
+    then, and a target whose weight is the original itself is refused.
     """
 
     def __init__(self, model: Any, merge_half: bool = True,
@@ -139,8 +144,6 @@ class BaseWeights:
 
         One pass per weight: ``W = W0 + scale * b @ a`` is written in place by addmm.
         """
-        if self.originals is not None and target is self.model:
-            raise ValueError("BaseWeights(originals=...) reads the model's own weights as the originals: merge into a copy")
         target_modules = dict(target.named_modules())
         for name in set(lora or {}) - self.touched:
             self._module(name)  # an unknown module fails before anything is written
@@ -149,6 +152,8 @@ class BaseWeights:
             for name in sorted(self.touched):
                 if self.originals is not None:
                     base = self.originals(name)
+                    if _same_storage(base, target_modules[name].weight):
+                        raise ValueError(f"the original of {name!r} is the merge target's own weight: merge into a copy")
                 elif name not in self.saved:
                     base = self.saved[name] = self._module(name).weight.detach().clone()
                 else:

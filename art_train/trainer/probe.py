@@ -8,6 +8,8 @@ that precision, so `HalfPrecisionReference` keeps one, loaded on first use and o
 because nothing cheaper gives the same rounding: casting the trainer's float32 model on the fly
 would need the same memory for a moment at every swap, and a tolerance loose enough for float32
 against bfloat16 (~0.25 on some tokens) would no longer catch an engine serving the wrong step.
+The originals a merge starts from are the trainer's frozen base weights, cast one module at a time
+(the same rounding as loading the base at that precision), so the reference clones none of its own.
 """
 
 from __future__ import annotations
@@ -61,10 +63,19 @@ class HalfPrecisionReference:
         self.base_path = base_path
         self.device = device
         self._loaded: tuple[str, Any] | None = None  # (dtype, BaseWeights)
+        self._trainer: dict[str, Any] = {}  # the trainer's modules by name, whose base weights are the originals
 
-    def logprobs(self, sequences: list[list[int]], dtype: str, peft: Any, checkpoint: Path | None) -> list[list[float]]:
+    def _original(self, name: str) -> torch.Tensor:
+        assert self._loaded is not None
+        module = self._trainer[name]
+        layer = module.get_base_layer() if hasattr(module, "get_base_layer") else module
+        return layer.weight.detach().to(self._loaded[1].modules[name].weight.dtype)
+
+    def logprobs(self, sequences: list[list[int]], dtype: str, peft: Any, checkpoint: Path | None,
+                 whole: bool = True) -> list[list[float]]:
         """Probe logprobs of each sequence with the trained adapter (`checkpoint` None) or a saved one,
-        merged at `dtype` once for all the sequences."""
+        merged at `dtype` once for all the sequences. `whole`: the trainer holds its whole base (not
+        sharded), so its weights are the originals; otherwise the reference clones the ones it merges."""
         from peft import get_peft_model_state_dict
 
         from ..lora import BaseWeights, load_lora, lora_pairs, merges_half, probe_logprobs_batch
@@ -72,10 +83,12 @@ class HalfPrecisionReference:
 
         if all(len(ids) < 2 for ids in sequences):
             return [[] for _ in sequences]
-        if self._loaded is None or self._loaded[0] != dtype:
+        self._trainer = dict(peft.get_base_model().named_modules()) if whole else {}
+        if self._loaded is None or self._loaded[0] != dtype or (self._loaded[1].originals is None) == whole:
             model = load_causal_lm(self.base_path, dtype=dtype, device=self.device)
             model.requires_grad_(False)
-            self._loaded = (dtype, BaseWeights(model, merge_half=merges_half(self.device)))
+            self._loaded = (dtype, BaseWeights(model, merge_half=merges_half(self.device),
+                                               originals=self._original if whole else None))
         base = self._loaded[1]
         if checkpoint is None:
             config = peft.peft_config["default"].to_dict()

@@ -449,7 +449,8 @@ class Trainer:
             self.wait_saved()
         checkpoint = None if step is None or step == self.step else self.checkpoints.existing(step)
         if dtype is not None:
-            return self._reference.logprobs(sequences, dtype, self.policy.peft, checkpoint)
+            return self._reference.logprobs(sequences, dtype, self.policy.peft, checkpoint,
+                                            whole=self.policy.root is None)
         if self.policy.root is not None and isinstance(self.ranks, Ranks):  # a sharded base: every rank runs it
             with self.ranks.logprobs(self, sequences, step):
                 return adapter_logprobs(self.policy.peft, sequences, checkpoint, self.policy.root)
