@@ -1,4 +1,5 @@
-"""`art_train.threads`: each `to_thread` call on its own thread, so no torch OpenMP pool outlives its call."""
+"""`art_train.threads`: each `to_thread` call on its own thread, so no torch OpenMP pool outlives its call; and
+the engine's worker thread, which ends when idle for the same reason."""
 
 from __future__ import annotations
 
@@ -7,10 +8,13 @@ import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import torch
 
+from art_train.engines.base import ChatRequest, SamplingParams
+from art_train.engines.transformers.engine import TransformersEngine
 from art_train.threads import FreshThreads, use_fresh_threads
 
 
@@ -62,3 +66,31 @@ async def test_fresh_threads_run_each_call_on_a_new_thread_and_pass_errors_on() 
     threading.Timer(0.1, release.set).start()
     executor.shutdown(wait=True)  # waits for calls still running
     assert slow.done() and slow.result() is True
+
+
+async def test_an_idle_engine_ends_its_thread_and_the_next_request_starts_another(tiny_model_path: Path) -> None:
+    engine = TransformersEngine(tiny_model_path, dtype="float32", idle_s=0.2, prefix_cache_mb=0)
+    await engine.start()
+
+    async def reply() -> int:
+        request = ChatRequest(messages=[{"role": "user", "content": "hi"}], model="m",
+                              sampling=SamplingParams(max_tokens=2, temperature=0, ignore_eos=True))
+        return (await asyncio.wait_for(engine.chat(request), 60))["usage"]["completion_tokens"]
+
+    try:
+        first = engine.scheduler.thread
+        assert first is not None and first.name == "art-engine"  # the thread that loaded the model
+        assert await reply() == 2
+        first.join(10)
+        assert not first.is_alive() and engine.scheduler.thread is None  # ended once idle, its OpenMP pool with it
+        assert await reply() == 2
+        second = engine.scheduler.thread
+        assert second is not None and second is not first and second.name == "art-engine"
+        for delay in (0.15, 0.19, 0.2, 0.21, 0.25, 0.3):  # around the moment a worker ends: nothing is lost
+            await asyncio.sleep(delay)
+            assert await reply() == 2
+        await asyncio.sleep(0.5)
+        assert len((await asyncio.wait_for(engine.sequences_logprobs([[1, 5, 9]], None), 60))[0]) == 2  # probes too
+    finally:
+        await asyncio.wait_for(engine.stop(), 60)
+    assert engine.scheduler.thread is None or not engine.scheduler.thread.is_alive()

@@ -78,8 +78,10 @@ class TransformersEngine:
         max_models: int = 3,
         max_seq_len: int | None = None,
         prefix_cache_mb: int = 1024,
+        idle_s: float | None = 1.0,
     ) -> None:
         self.base_model = str(base_model)
+        self.idle_s = idle_s  # the worker thread ends after this long with nothing to do (`Scheduler`)
         self.model_config = model_config
         self.device = device
         trainer_dtype = getattr(model_config, "dtype", None) or "auto"
@@ -126,6 +128,7 @@ class TransformersEngine:
             except BaseException as exc:  # noqa: BLE001 - handed to start's caller
                 loop.call_soon_threadsafe(settle, exc)
                 return
+            self.scheduler.thread = threading.current_thread()  # before any submit can start another
             loop.call_soon_threadsafe(settle, None)
             self.scheduler.run()
 
@@ -169,15 +172,17 @@ class TransformersEngine:
         self.grammars = Grammars(self.tokenizer, vocab, sorted(self.eos_ids))  # compiles on first use
         self.scheduler = Scheduler(self._model_for, self.tokenizer, self.eos_ids, self.torch_device, self.cache_dtype,
                                    self.prefix, self.stats, self.max_batch,
-                                   prefix_dtype=weights_dtype if self.cache_dtype is not None else None)
+                                   prefix_dtype=weights_dtype if self.cache_dtype is not None else None,
+                                   idle_s=self.idle_s)
         self.renderer = Renderer(self.tokenizer, self.parser, self.eos_ids, self.stats)
         logger.info("transformers engine ready: %s on %s", path, self.torch_device)
 
     async def stop(self) -> None:
         if self._thread is None:
             return
-        self.scheduler.stop()
-        await asyncio.to_thread(self._thread.join, 30)
+        worker = self.scheduler.stop()
+        if worker is not None:
+            await asyncio.to_thread(worker.join, 30)
         self._thread = None
 
     # -- adapters ------------------------------------------------------------------------------

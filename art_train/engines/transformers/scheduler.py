@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import queue
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,11 +75,16 @@ class Scheduler:
             model on CPU (None: the model's); prefix: the prefix cache (None: off); stats: counters shared
             with the engine; max_batch: rows per adapter's batch; prefix_dtype: what the prefix cache stores
             keys and values in (a half-precision model's own dtype when its cache is float32; None: as held).
+        idle_s: after this many seconds with nothing to do the worker thread ends, and the next `submit`
+            starts another (None: it waits forever). An idle thread keeps its OpenMP pool, and beside a
+            trainer's pool in the same process that makes libgomp stop spinning for both: a training step
+            ran 1.1-1.2x slower beside an idle pool (see `art_train.threads`).
     """
 
     def __init__(self, model_for: Callable[[str | None, set[str | None]], Any], tokenizer: Any, eos_ids: set[int],
                  device: torch.device, cache_dtype: torch.dtype | None, prefix: PrefixCache | None,
-                 stats: dict[str, int], max_batch: int, prefix_dtype: torch.dtype | None = None) -> None:
+                 stats: dict[str, int], max_batch: int, prefix_dtype: torch.dtype | None = None,
+                 idle_s: float | None = None) -> None:
         self.model_for = model_for
         self.tokenizer = tokenizer
         self.eos_ids = eos_ids
@@ -89,14 +96,32 @@ class Scheduler:
         self.prefix_dtype = prefix_dtype
         self.incoming: queue.Queue[Seq | Callable[[set[str | None]], None] | None] = queue.Queue()
         self.stopping = False
+        self.idle_s = idle_s
+        self.thread: threading.Thread | None = None  # the one running `run`; None while none is needed
+        self._handoff = threading.Lock()  # a thread ends only with nothing queued, and submit sees that
 
     def submit(self, item: Seq | Callable[[set[str | None]], None]) -> None:
-        """Queue a sequence to generate, or a job to run between decode steps (given the busy adapters)."""
-        self.incoming.put(item)
+        """Queue a sequence to generate, or a job to run between decode steps (given the busy adapters);
+        starts a worker thread when the last one ended idle."""
+        with self._handoff:
+            self.incoming.put(item)
+            if self.thread is None and not self.stopping:
+                self.thread = threading.Thread(target=self.run, name="art-engine", daemon=True)
+                self.thread.start()
 
-    def stop(self) -> None:
-        self.stopping = True
-        self.incoming.put(None)
+    def stop(self) -> threading.Thread | None:
+        """Ask the worker to end; returns its thread to join (None: none was running)."""
+        with self._handoff:
+            self.stopping = True
+            self.incoming.put(None)
+            return self.thread
+
+    def _end_idle(self) -> bool:
+        with self._handoff:
+            if self.stopping or not self.incoming.empty():
+                return False
+            self.thread = None
+            return True
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False)
@@ -105,11 +130,13 @@ class Scheduler:
         """The worker loop, until `stop`: requests that arrive meanwhile fail, probes still answer."""
         batches: dict[str | None, Batch] = {}
         waiting: list[Seq] = []
+        idle_since = time.monotonic()
         while not self.stopping:
             block = not batches and not waiting
             jobs: list[Callable[[set[str | None]], None]] = []  # probes (sequence_logprobs)
             try:
-                item = self.incoming.get(timeout=0.5) if block else self.incoming.get_nowait()
+                item = self.incoming.get(timeout=min(0.5, self.idle_s or 0.5)) if block else self.incoming.get_nowait()
+                idle_since = time.monotonic()
                 while True:
                     if item is None:
                         break
@@ -119,7 +146,10 @@ class Scheduler:
                         jobs.append(item)
                     item = self.incoming.get_nowait()
             except queue.Empty:
-                pass
+                if not block:
+                    idle_since = time.monotonic()
+                elif self.idle_s is not None and time.monotonic() - idle_since >= self.idle_s and self._end_idle():
+                    return
             for job in jobs:
                 job(set(batches))
             if self.stopping:
