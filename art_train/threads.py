@@ -4,7 +4,9 @@ torch on CPU runs its parallel ops in an OpenMP pool of the thread that calls th
 as long as that thread. `asyncio.to_thread`'s workers live on, so a trainer step run there leaves a pool
 behind; once libgomp manages more threads than there are CPUs it stops spinning between parallel
 regions, and every small op of the engine's decode steps then waits for a worker to wake. With each
-call on a fresh thread, a pool lasts as long as the call that made it.
+call on a fresh thread, a pool lasts as long as the call that made it. The same holds the other way: the
+embedded engine's worker thread ends when it has been idle a second (`Scheduler`'s `idle_s`), so a trainer
+step beside an idle engine runs with the only pool.
 """
 
 from __future__ import annotations

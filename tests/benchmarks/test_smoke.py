@@ -179,6 +179,11 @@ def check_swap_handoff(doc: dict[str, Any]) -> None:
     assert set(doc["median"]) == {"disk", "memory"} and all(r["swap_s"] > 0 for r in doc["rows"])
 
 
+def check_idle_pool(doc: dict[str, Any]) -> None:
+    _keys(doc, "median_s", "kept_over_ended", "runs", "engine_dtype", "machine")
+    assert len(doc["runs"]["kept"]) == len(doc["runs"]["ended"]) == 1 and doc["kept_over_ended"] > 0
+
+
 def check_step_check(doc: dict[str, Any]) -> None:
     _keys(doc, "lines")
     assert any("sha256" in line or "loss" in line for line in doc["lines"]), doc["lines"][:5]
@@ -195,6 +200,7 @@ SMOKES: dict[str, tuple[list[str], str, Callable[[dict[str, Any]], None]]] = {
     "e2e_vs_trl": ([], "--out", check_e2e_vs_trl),
     "engine_batch": ([], "--out", check_engine_batch),
     "engine_flops": ([], "--out", check_engine_flops),
+    "idle_pool": ([], "--out", check_idle_pool),
     "examples_table": ([], "--out", check_examples_table),
     "mcp_pool": ([], "--out", check_mcp_pool),
     "models": ([], "--output", check_models),

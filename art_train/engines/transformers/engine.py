@@ -111,7 +111,8 @@ class TransformersEngine:
         Every torch op of the engine runs on that one thread. A second thread that runs parallel ops
         (a loader from `asyncio.to_thread`) keeps an OpenMP pool of its own; once libgomp manages more
         threads than there are CPUs it stops spinning between parallel regions, and each small op of a
-        decode step then waits for its worker to wake (see `art_train.threads`).
+        decode step then waits for its worker to wake (see `art_train.threads`). For the same reason the
+        thread ends after `idle_s` seconds with nothing to do; the next request or probe starts another.
         """
         if self._thread is not None:
             return
