@@ -31,6 +31,7 @@ from pydantic import BaseModel
 from art_core import RunDir, SFTConfig, TrainableModel, TrainConfig, TrainResult, Trajectory, TrajectoryGroup
 
 from ..models import chat_template_for, load_causal_lm, load_tokenizer, resolve_base_model, training_autocast
+from .attention import use_split_attention
 from .checkpoints import Checkpoints, Snapshot, snapshot
 from .distributed import Ranks, Worker
 from .grpo import grpo_step
@@ -155,6 +156,7 @@ class Trainer:
         # with the base sharded, rank 0 holds it whole in host memory only; FSDP moves its shards to the device
         host = isinstance(self.ranks, Ranks) and self.ranks.shard == "fsdp"
         base = load_causal_lm(self.base_path, config.dtype, self.device, empty=empty, host=host)
+        use_split_attention(base)
         if config.gradient_checkpointing:
             base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         elif config.recompute_mlp and not recompute_mlp(base):
