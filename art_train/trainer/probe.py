@@ -62,14 +62,14 @@ class HalfPrecisionReference:
     def __init__(self, base_path: Path, device: str) -> None:
         self.base_path = base_path
         self.device = device
-        self._loaded: tuple[str, Any] | None = None  # (dtype, BaseWeights)
-        self._trainer: dict[str, Any] = {}  # the trainer's modules by name, whose base weights are the originals
+        self._loaded: tuple[str, bool, Any] | None = None  # (dtype, whole, BaseWeights)
+        self._trainer: dict[str, Any] = {}  # the trainer's modules by name ("" the model), their weights the originals
 
     def _original(self, name: str) -> torch.Tensor:
         assert self._loaded is not None
         module = self._trainer[name]
         layer = module.get_base_layer() if hasattr(module, "get_base_layer") else module
-        return layer.weight.detach().to(self._loaded[1].modules[name].weight.dtype)
+        return layer.weight.detach().to(self._loaded[2].modules[name].weight.dtype)
 
     def logprobs(self, sequences: list[list[int]], dtype: str, peft: Any, checkpoint: Path | None,
                  whole: bool = True) -> list[list[float]]:
@@ -83,13 +83,17 @@ class HalfPrecisionReference:
 
         if all(len(ids) < 2 for ids in sequences):
             return [[] for _ in sequences]
-        self._trainer = dict(peft.get_base_model().named_modules()) if whole else {}
-        if self._loaded is None or self._loaded[0] != dtype or (self._loaded[1].originals is None) == whole:
+        trainer = peft.get_base_model()
+        if not whole:
+            self._trainer = {}
+        elif self._trainer.get("") is not trainer:  # a new trainer model (a reloaded base): its modules again
+            self._trainer = dict(trainer.named_modules())
+        if self._loaded is None or self._loaded[:2] != (dtype, whole):
             model = load_causal_lm(self.base_path, dtype=dtype, device=self.device)
             model.requires_grad_(False)
-            self._loaded = (dtype, BaseWeights(model, merge_half=merges_half(self.device),
-                                               originals=self._original if whole else None))
-        base = self._loaded[1]
+            self._loaded = (dtype, whole, BaseWeights(model, merge_half=merges_half(self.device),
+                                                      originals=self._original if whole else None))
+        base = self._loaded[2]
         if checkpoint is None:
             config = peft.peft_config["default"].to_dict()
             pairs = lora_pairs(get_peft_model_state_dict(peft), config)

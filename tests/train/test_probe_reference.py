@@ -30,8 +30,8 @@ def test_reference_from_the_trainer_weights_equals_one_from_clones(tiny_model_pa
     got = shared.logprobs(seqs, "bfloat16", peft, None)
     assert got == cloned.logprobs(seqs, "bfloat16", peft, None, whole=False)
     assert got[2] == [] and len(got[0]) == 5
-    assert shared._loaded is not None and shared._loaded[1].saved == {}  # nothing cloned
-    assert cloned._loaded is not None and len(cloned._loaded[1].saved) == 6  # 2 layers x 3 targets
+    assert shared._loaded is not None and shared._loaded[2].saved == {}  # nothing cloned
+    assert cloned._loaded is not None and len(cloned._loaded[2].saved) == 6  # 2 layers x 3 targets
 
     # a second adapter merged afresh from the same originals, and the bare base back
     with torch.no_grad():
@@ -45,3 +45,22 @@ def test_reference_from_the_trainer_weights_equals_one_from_clones(tiny_model_pa
     assert base.weight.dtype == torch.float32
     fresh = load_causal_lm(tiny_model_path, dtype="float32", device="cpu")
     assert torch.equal(base.weight, fresh.model.layers[0].self_attn.q_proj.weight)
+
+
+def test_reference_follows_a_new_trainer_model(tiny_model_path: Path) -> None:
+    peft = _peft(tiny_model_path)
+    seqs = [[1, 5, 9, 200, 7, 3]]
+    shared = HalfPrecisionReference(tiny_model_path, "cpu")
+    shared.logprobs(seqs, "bfloat16", peft, None)
+    modules = shared._trainer
+    shared.logprobs(seqs, "bfloat16", peft, None)
+    assert shared._trainer is modules  # the same trainer model: its modules are not listed again
+
+    other = _peft(tiny_model_path)  # a reloaded base: a new model, its weights the originals from now on
+    with torch.no_grad():
+        for name, param in other.named_parameters():
+            if "lora_B" in name:
+                param.mul_(3)
+    got = shared.logprobs(seqs, "bfloat16", other, None)
+    assert shared._trainer[""] is other.get_base_model()
+    assert got == HalfPrecisionReference(tiny_model_path, "cpu").logprobs(seqs, "bfloat16", other, None, whole=False)
