@@ -13,7 +13,8 @@ agent-shaped step of `benchmarks/train_step.py` under tcmalloc: 0.88x the peak R
 
 The split applies only where the mask is exactly that pattern (checked once per mask tensor: transformers
 hands every layer the same one), on CPU, without dropout or extra arguments (softcap, sinks, sliding
-windows); anything else goes to transformers' own SDPA attention.
+windows); anything else goes to transformers' own SDPA attention. transformers is imported only when a
+model is switched (importing the trainer does not import it).
 """
 
 from __future__ import annotations
@@ -22,9 +23,6 @@ import weakref
 from typing import Any
 
 import torch
-from transformers import AttentionInterface
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
 __all__ = ["NAME", "use_split_attention"]
 
@@ -90,6 +88,8 @@ def _attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch
     if plain and dropout == 0.0 and attention_mask is not None and query.device.type == "cpu" and query.shape[2] > 1:
         p = _cached_prompt_length(attention_mask)
     if not p:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
     # SDPA runs in autocast's dtype (it is on CPU autocast's list; the kernels called here are not)
@@ -103,6 +103,9 @@ def use_split_attention(model: Any) -> bool:
     """Switch `model` to the attention above where it runs SDPA (returns whether it did); registers it first."""
     if getattr(model.config, "_attn_implementation", None) != "sdpa":
         return False
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
     AttentionInterface.register(NAME, _attention)
     ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, sdpa_mask)
     model.config._attn_implementation = NAME

@@ -123,3 +123,11 @@ def test_a_model_without_sdpa_is_left_as_it_is() -> None:
     model = SimpleNamespace(config=SimpleNamespace(_attn_implementation="eager"))
     assert use_split_attention(model) is False
     assert model.config._attn_implementation == "eager"
+
+
+def test_importing_the_trainer_leaves_transformers_unimported() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, art_train.trainer; assert 'transformers' not in sys.modules, 'transformers imported'"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
