@@ -60,6 +60,7 @@ __all__ = [
     "template_by_name",
     "template_messages",
     "tool_parser_for",
+    "use_sdpa_variant",
     "vllm_tool_parser_for",
 ]
 
@@ -458,6 +459,21 @@ def load_causal_lm(path: str | os.PathLike[str], dtype: str = "auto", device: st
         logger.info("%s does not support SDPA attention: loading with eager attention", path)
         model = build("eager")
     return (model if empty or host else model.to(device)).eval()  # type: ignore[arg-type]  # transformers types `to` badly
+
+
+def use_sdpa_variant(model: Any, name: str, forward: Callable[..., Any]) -> None:
+    """Switch `model` to `forward` as its attention, under `name`, with SDPA's masks (registering is idempotent).
+
+    transformers 5.x (checked on 5.24) looks attention and mask functions up by the name in
+    ``config._attn_implementation``, in `AttentionInterface` and `ALL_MASK_ATTENTION_FUNCTIONS`;
+    a custom name must be in both before the model's first forward.
+    """
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+    AttentionInterface.register(name, forward)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(name, sdpa_mask)
+    model.config._attn_implementation = name
 
 
 def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

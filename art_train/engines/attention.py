@@ -14,11 +14,11 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
-__all__ = ["NAME", "register_float32_cache_attention", "use_float32_cache_attention"]
+from ..models import use_sdpa_variant
+
+__all__ = ["NAME", "use_float32_cache_attention"]
 
 NAME = "art_sdpa"
 
@@ -31,18 +31,6 @@ def _attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch
     return out.to(query.dtype), weights
 
 
-def register_float32_cache_attention() -> None:
-    """Add the attention above to transformers' global registries under `NAME` (idempotent).
-
-    transformers 5.x (checked on 5.24) looks attention and mask functions up by the name in
-    ``config._attn_implementation``, in `AttentionInterface` and `ALL_MASK_ATTENTION_FUNCTIONS`;
-    a custom name must be in both before the model's first forward.
-    """
-    AttentionInterface.register(NAME, _attention)
-    ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, sdpa_mask)
-
-
 def use_float32_cache_attention(model: Any) -> None:
-    """Switch `model` (an sdpa model) to the attention above, registering it first."""
-    register_float32_cache_attention()
-    model.config._attn_implementation = NAME
+    """Switch `model` (an sdpa model) to the attention above, registering it first (`models.use_sdpa_variant`)."""
+    use_sdpa_variant(model, NAME, _attention)

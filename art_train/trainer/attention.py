@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from ..models import use_sdpa_variant
+
 __all__ = ["NAME", "use_split_attention"]
 
 NAME = "art_split_sdpa"
@@ -103,10 +105,5 @@ def use_split_attention(model: Any) -> bool:
     """Switch `model` to the attention above where it runs SDPA (returns whether it did); registers it first."""
     if getattr(model.config, "_attn_implementation", None) != "sdpa":
         return False
-    from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
-
-    AttentionInterface.register(NAME, _attention)
-    ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, sdpa_mask)
-    model.config._attn_implementation = NAME
+    use_sdpa_variant(model, NAME, _attention)
     return True
