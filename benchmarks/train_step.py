@@ -17,6 +17,10 @@ Usage: python benchmarks/train_step.py [--runs 1] [--arms ours,trl] [--malloc gl
 `--autocast bfloat16` runs both arms' matmuls under bfloat16 autocast (TRL's default `bf16=True`; ours
 `ModelConfig(autocast=...)`), only sensible on a CPU with native bfloat16. `--recompute-mlp`: ours with
 `ModelConfig(recompute_mlp=True)` (art_train/trainer/recompute.py).
+`--flops`: after the timed runs, one more run per arm counts the step's FLOPs (benchmarks/_flops.py: matmuls
+and CPU flash attention, recomputation included; that run is slower and not timed), and the machine's
+matmul limit is measured in the same invocation (a 2048^3 matmul in float32 and bfloat16), so the results
+give each arm's FLOP/s as a fraction of the limit, and what ours would need for 5x TRL's tokens/s.
 Writes benchmarks/results/train_step.json. `--smoke`: the tiny model, 2 groups x 2 short rows, seconds, to
 --out or a temp file (the TRL arm only where TRL is installed: the dev extras).
 """
@@ -32,7 +36,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 RESULTS = Path(__file__).parent / "results" / "train_step.json"
@@ -64,20 +70,23 @@ def make_groups(vocab_low: int = 100, vocab_high: int = 40000, seed: int = 0, sh
     return groups
 
 
-def run_ours(base_model: str, shape: str, autocast: str | None, recompute_mlp: bool = False) -> dict:
+def run_ours(base_model: str, shape: str, autocast: str | None, recompute_mlp: bool = False,
+             run: Callable[[Callable[[], Any]], Any] = lambda f: f()) -> dict:
     import art_core as art
     from art_train.trainer import Trainer
 
     model = art.TrainableModel(name="bench", project="bench", base_model=base_model,
                                config=art.ModelConfig(autocast=autocast, recompute_mlp=recompute_mlp))
     trainer = Trainer(model, art.RunDir("bench", "bench", root=tempfile.mkdtemp()), device="cpu")
-    result = trainer.train(make_groups(shape=shape), art.TrainConfig(learning_rate=1e-5, max_seq_len=2048))
+    groups = make_groups(shape=shape)
+    result = run(lambda: trainer.train(groups, art.TrainConfig(learning_rate=1e-5, max_seq_len=2048)))
     m = result.metrics
     return {"tokens": m["trained_tokens"], "seconds": m["time/forward_backward_s"] + m["time/tokenize_s"],
             **{k: m[k] for k in WORK}}
 
 
-def run_trl(micro_batch: int, base_model: str, shape: str, autocast: str | None) -> dict:
+def run_trl(micro_batch: int, base_model: str, shape: str, autocast: str | None,
+            run: Callable[[Callable[[], Any]], Any] = lambda f: f()) -> dict:
     from collections import defaultdict
     from types import SimpleNamespace
 
@@ -125,17 +134,14 @@ def run_trl(micro_batch: int, base_model: str, shape: str, autocast: str | None)
             return x
 
     n_steps = (len(rows) + micro_batch - 1) // micro_batch
-    t0 = time.perf_counter()
-    tokens = 0
-    for s in range(0, len(rows), micro_batch):
-        mb = rows[s : s + micro_batch]
+
+    def micro_step(mb: list) -> int:
         pl, cl = max(len(p) for p, _, _ in mb), max(len(c) for _, c, _ in mb)
         pad = tok.pad_token_id
         prompt_ids = torch.tensor([[pad] * (pl - len(p)) + p for p, _, _ in mb])  # left-padded like TRL
         prompt_mask = torch.tensor([[0] * (pl - len(p)) + [1] * len(p) for p, _, _ in mb])
         completion_ids = torch.tensor([c + [pad] * (cl - len(c)) for _, c, _ in mb])
         completion_mask = torch.tensor([[1] * len(c) + [0] * (cl - len(c)) for _, c, _ in mb])
-        tokens += int(completion_mask.sum())
 
         def logps(model_, input_ids, attention_mask, logits_to_keep, **_):  # noqa: ANN001, ANN202
             logits = model_(
@@ -176,21 +182,62 @@ def run_trl(micro_batch: int, base_model: str, shape: str, autocast: str | None)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast is not None):
             loss = GRPOTrainer._compute_loss(fake, model, inputs)
         loss.backward()
+        return int(completion_mask.sum())
+
+    t0 = time.perf_counter()
+    tokens = run(lambda: sum(micro_step(rows[s : s + micro_batch]) for s in range(0, len(rows), micro_batch)))
     return {"tokens": tokens, "seconds": time.perf_counter() - t0}
 
 
 def child(arm: str, micro_batch: int, base_model: str, shape: str, autocast: str | None,
-          recompute_mlp: bool = False) -> None:
+          recompute_mlp: bool = False, count: bool = False) -> None:
+    from _flops import count_flops
+
     from art_train.allocator import malloc_library, preload_allocator
 
     preload_allocator()  # --malloc, through ART_MALLOC: re-runs this child with it preloaded
-    out = (run_ours(base_model, shape, autocast, recompute_mlp) if arm == "ours"
-           else run_trl(micro_batch, base_model, shape, autocast))
+    flops: dict[str, int] = {}
+
+    def run(step: Callable[[], Any]) -> Any:
+        if not count:
+            return step()
+        result, counted = count_flops(step)
+        flops.update(counted)
+        return result
+
+    out = (run_ours(base_model, shape, autocast, recompute_mlp, run) if arm == "ours"
+           else run_trl(micro_batch, base_model, shape, autocast, run))
+    if count:
+        out["flops"] = flops
     out["autocast"] = autocast
     out["recompute_mlp"] = recompute_mlp and arm == "ours"
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out["malloc"] = Path(malloc_library() or "unknown").name
     print("RESULT " + json.dumps(out), flush=True)
+
+
+def flop_rates(flops: dict[str, dict[str, int]], result: dict, runs: dict[str, list[dict]],
+               autocast: str | None, small: bool) -> dict:
+    """Each arm's counted FLOPs and FLOP/s (at its median tokens/s) against the matmul limit measured now."""
+    from _trees import cpu_isa
+    from engine_flops import limits
+
+    size = 256 if small else 2048
+    limit = limits(size, 1024 * 1024, 3)
+    dtype = autocast or "float32"
+    out: dict[str, Any] = {"isa": cpu_isa(), "limit": limit, "limit_dtype": dtype,
+                           "counted": "benchmarks/_flops.py: matmuls and flash attention as run, element-wise ops not"}
+    for arm, counted in flops.items():
+        seconds = runs[arm][-1]["tokens"] / result[f"{arm}_tokens_per_s"]
+        gflops = counted["total"] / seconds / 1e9
+        out[arm] = {"gflop": round(counted["total"] / 1e9, 1), "per_op_gflop": {
+            k: round(v / 1e9, 1) for k, v in counted.items() if k != "total"},
+            "gflops_per_s": round(gflops, 1), "fraction_of_limit": round(gflops / limit["matmul_gflops"][dtype], 3)}
+    if "ours" in flops and "trl" in flops:  # the FLOP/s ours would need to run at 5x TRL's tokens/s
+        need = flops["ours"]["total"] * 5 * result["trl_tokens_per_s"] / runs["ours"][-1]["tokens"] / 1e9
+        out["ours_at_5x_trl"] = {"gflops_per_s": round(need, 1),
+                                 "fraction_of_limit": round(need / limit["matmul_gflops"][dtype], 3)}
+    return out
 
 
 def main() -> None:
@@ -211,10 +258,14 @@ def main() -> None:
                          "native bfloat16 (AVX512-BF16, AMX)")
     ap.add_argument("--recompute-mlp", action="store_true",
                     help="ours with ModelConfig(recompute_mlp=True): the MLP's inner activations recomputed in backward")
+    ap.add_argument("--flops", action="store_true",
+                    help="then one more, untimed run per arm counting the step's FLOPs, and the machine's matmul limit")
+    ap.add_argument("--count-flops", action="store_true", help=argparse.SUPPRESS)  # a child's
     args = ap.parse_args()
     shape = "smoke" if args.smoke else "full"
     if args.child:
-        child(args.child, args.trl_micro_batch, args.base_model, shape, args.autocast, args.recompute_mlp)
+        child(args.child, args.trl_micro_batch, args.base_model, shape, args.autocast, args.recompute_mlp,
+              args.count_flops)
         return
     out_path = args.out or RESULTS
     arms = args.arms.split(",")
@@ -227,19 +278,23 @@ def main() -> None:
         if "trl" in arms and importlib.util.find_spec("trl") is None:  # TRL comes with the dev extras
             print("smoke: TRL is not installed, skipping the trl arm", flush=True)
             arms.remove("trl")
+    def run_child(arm: str, *extra: str) -> dict:
+        cmd = [sys.executable, __file__, "--child", arm, "--trl-micro-batch", str(args.trl_micro_batch),
+               "--base-model", args.base_model] + (["--smoke"] if args.smoke else []) + (
+                  ["--autocast", args.autocast] if args.autocast else []) + (
+                  ["--recompute-mlp"] if args.recompute_mlp else []) + list(extra)
+        env = dict(os.environ, ART_MALLOC=args.malloc)
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env).stdout
+        r = json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
+        r["tokens_per_s"] = r["tokens"] / r["seconds"]
+        print(arm, r, flush=True)
+        return r
+
     runs: dict[str, list[dict]] = {a: [] for a in arms}
     for _ in range(args.runs):
         for arm in arms:  # alternating
-            cmd = [sys.executable, __file__, "--child", arm, "--trl-micro-batch", str(args.trl_micro_batch),
-                   "--base-model", args.base_model] + (["--smoke"] if args.smoke else []) + (
-                      ["--autocast", args.autocast] if args.autocast else []) + (
-                      ["--recompute-mlp"] if args.recompute_mlp else [])
-            env = dict(os.environ, ART_MALLOC=args.malloc)
-            out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env).stdout
-            r = json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
-            r["tokens_per_s"] = r["tokens"] / r["seconds"]
-            runs[arm].append(r)
-            print(arm, r, flush=True)
+            runs[arm].append(run_child(arm))
+    flops = {arm: run_child(arm, "--count-flops")["flops"] for arm in arms} if args.flops else {}
     if out_path.exists():  # arms not run this time keep their previous runs (listed in "kept_arms")
         previous = json.loads(out_path.read_text()).get("runs", {})
         kept = [a for a in previous if a not in runs]
@@ -275,6 +330,8 @@ def main() -> None:
     if "ours" in arms and "trl" in arms:
         result["ratio"] = result["ours_tokens_per_s"] / result["trl_tokens_per_s"]
         result["rss_ratio"] = result["ours_peak_rss_mb"] / result["trl_peak_rss_mb"]
+    if flops:
+        result["flops"] = flop_rates(flops, result, runs, args.autocast, small=args.smoke)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "runs"}, indent=2))

@@ -164,8 +164,12 @@ def check_train_step(doc: dict[str, Any]) -> None:
           "ours_work/decoder_tokens_per_trained_token")
     assert doc["ours_work/decoder_calls"] > 0 and doc["ours_work/decoder_tokens_per_trained_token"] >= 1
     assert all(r["autocast"] is None and r["recompute_mlp"] is False for r in doc["runs"]["ours"])  # the defaults
+    flops = doc["flops"]  # --flops: each arm's step counted once more, against the matmul limit measured then
+    assert flops["limit"]["matmul_gflops"]["float32"] > 0 and flops["ours"]["gflop"] > 0
+    assert flops["ours"]["per_op_gflop"]["mm"] > 0 and 0 < flops["ours"]["fraction_of_limit"]
     if importlib.util.find_spec("trl") is not None:  # TRL comes with the dev extras; else its arm is skipped
         _keys(doc, "trl_tokens_per_s", "ratio", "rss_ratio")
+        assert flops["trl"]["gflop"] > 0 and flops["ours_at_5x_trl"]["gflops_per_s"] > 0
 
 
 # benchmark -> (extra arguments, the flag that names its output file, the check of what it wrote)
@@ -211,7 +215,7 @@ SMOKES: dict[str, tuple[list[str], str, Callable[[dict[str, Any]], None]]] = {
     "serve": (["--arms", "embedded,fp32,hf"], "--out", check_serve),
     "sft_step": ([], "--out", check_sft_step),
     "swap_cost": ([], "--out", check_swap_cost),
-    "train_step": ([], "--out", check_train_step),
+    "train_step": (["--flops"], "--out", check_train_step),
 }
 
 
