@@ -1,8 +1,10 @@
 """Per-token logprobs of chosen tokens without materialising full-vocabulary logits for a whole row.
 
-The lm_head runs on the trained positions only, in chunks; backward recomputes each chunk's logits
-instead of keeping them, so memory holds one chunk of [chunk, vocab] at a time (256 x 49k floats
-is 50 MB; forward and backward each keep about three such tensors alive).
+The lm_head runs on the trained positions only, in chunks, so memory holds one chunk of [chunk, vocab]
+at a time (256 x 49k floats is 50 MB; forward and backward each keep about three such tensors alive).
+With a frozen head (LoRA), forward also keeps each position's expected output embedding under its
+softmax, P @ W ([n, hidden]): the gradient of logp[i] with respect to h[i] is W[target[i]] - (P @ W)[i],
+so backward multiplies nothing. With a trained head, backward recomputes each chunk's logits instead.
 """
 
 from __future__ import annotations
@@ -20,14 +22,16 @@ class _SelectedLogprobs(torch.autograd.Function):
     """logp[i] = log_softmax(h[i] @ W.T)[target[i]], computed in chunks; also returns the entropy (no grad).
 
     Always in the weight's dtype, autocast or not: backward recomputes the logits outside autocast, and
-    forward must compute the same ones.
+    forward must compute the same ones. `expect`: keep P @ W for a backward to `hidden` only (frozen head).
     """
 
     @staticmethod
-    def forward(ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int):  # noqa: ANN205
+    def forward(ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int,  # noqa: ANN205
+                expect: bool):
         logp = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)  # [n]
         entropy = torch.empty_like(logp)  # [n]
         logz = torch.empty_like(logp)  # [n]
+        expected = torch.empty_like(hidden) if expect else None  # [n, H]
         with torch.autocast(hidden.device.type, enabled=False):
             for s in range(0, hidden.shape[0], chunk):
                 logits = (hidden[s : s + chunk] @ weight.T).float()  # [c, V]
@@ -36,13 +40,22 @@ class _SelectedLogprobs(torch.autograd.Function):
                 logp[s : s + chunk] = logits.gather(1, targets[s : s + chunk, None])[:, 0] - z
                 probs = torch.exp(logits - z[:, None])  # [c, V]
                 entropy[s : s + chunk] = z - (probs * logits).sum(-1)
-        ctx.save_for_backward(hidden, weight, targets, logz)
-        ctx.chunk = chunk
+                if expected is not None:
+                    expected[s : s + chunk] = probs.to(weight.dtype) @ weight
+        if expected is not None:
+            ctx.save_for_backward(expected, weight, targets)
+        else:
+            ctx.save_for_backward(hidden, weight, targets, logz)
+        ctx.chunk, ctx.expect = chunk, expect
         ctx.mark_non_differentiable(entropy)
         return logp, entropy
 
     @staticmethod
     def backward(ctx: Any, grad_logp: torch.Tensor, _grad_entropy: torch.Tensor):  # noqa: ANN205
+        if ctx.expect:  # d logp / d h = W[target] - P @ W
+            expected, weight, targets = ctx.saved_tensors
+            grad = (weight[targets].float() - expected.float()) * grad_logp[:, None]  # [n, H]
+            return grad.to(expected.dtype), None, None, None, None
         hidden, weight, targets, logz = ctx.saved_tensors
         grad_hidden = torch.zeros_like(hidden) if ctx.needs_input_grad[0] else None
         grad_weight = torch.zeros_like(weight, dtype=torch.float32) if ctx.needs_input_grad[1] else None
@@ -60,7 +73,7 @@ class _SelectedLogprobs(torch.autograd.Function):
                     grad_weight += (grad_logits.T @ h).float()
         if grad_weight is not None:
             grad_weight = grad_weight.to(weight.dtype)
-        return grad_hidden, grad_weight, None, None
+        return grad_hidden, grad_weight, None, None, None
 
 
 def selected_logprobs(
@@ -70,7 +83,8 @@ def selected_logprobs(
     if hidden.shape[0] == 0:
         empty = hidden.new_zeros(0, dtype=torch.float32)
         return empty, empty
-    return _SelectedLogprobs.apply(hidden.to(weight.dtype), weight, targets, chunk)  # autocast may give bf16
+    expect = torch.is_grad_enabled() and hidden.requires_grad and not weight.requires_grad
+    return _SelectedLogprobs.apply(hidden.to(weight.dtype), weight, targets, chunk, expect)  # autocast may give bf16
 
 
 class SharedPrefix:

@@ -40,6 +40,31 @@ def test_selected_logprobs_match_full_log_softmax() -> None:
     assert torch.allclose(gh, hidden.grad, atol=1e-6) and torch.allclose(gw, weight.grad, atol=1e-6)
 
 
+def test_selected_logprobs_with_a_frozen_head_multiply_twice() -> None:
+    # a frozen head (LoRA) keeps P @ W in forward: backward's gradient is W[target] - P @ W, no matmul
+    from torch.utils.flop_counter import FlopCounterMode
+
+    g = torch.Generator().manual_seed(0)
+    hidden = torch.randn(7, 16, generator=g, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(50, 16, generator=g, dtype=torch.float64)
+    targets = torch.randint(0, 50, (7,), generator=g)
+    coef = torch.randn(7, generator=g, dtype=torch.float64)
+    counter = FlopCounterMode(display=False)
+    with counter:
+        logp, _ = selected_logprobs(hidden, weight, targets, chunk=3)
+        (logp * coef).sum().backward()
+    assert counter.get_total_flops() == 2 * (2 * 7 * 50 * 16)  # the logits and P @ W, both in forward
+    gh = hidden.grad.clone()
+    hidden.grad = None
+    full = torch.log_softmax(hidden @ weight.T, dim=-1)
+    ref = full.gather(1, targets[:, None])[:, 0]
+    (ref * coef).sum().backward()
+    assert torch.allclose(logp.double(), ref, atol=1e-5) and torch.allclose(gh, hidden.grad, atol=1e-6)
+    with torch.no_grad(), FlopCounterMode(display=False) as nograd:
+        selected_logprobs(hidden, weight, targets, chunk=3)
+    assert nograd.get_total_flops() == 2 * 7 * 50 * 16  # no P @ W where nothing will go backward
+
+
 def _lora_model(path):  # noqa: ANN001, ANN202
     from peft import LoraConfig, get_peft_model
 
