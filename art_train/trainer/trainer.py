@@ -38,7 +38,7 @@ from .grpo import grpo_step
 from .off_policy import drop_stale, max_age
 from .policy import Policy, Progress
 from .probe import HalfPrecisionReference, adapter_logprobs
-from .recompute import recompute_mlp
+from .recompute import recompute_mlp, recompute_mlp_products
 from .sft import sft_step
 from .tokenize import Sequence, check_prefix_preserving
 
@@ -159,9 +159,12 @@ class Trainer:
         use_split_attention(base)
         if config.gradient_checkpointing:
             base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        elif config.recompute_mlp and not recompute_mlp(base):
-            logger.warning("recompute_mlp: no MLP of %s takes it (none is a gated MLP down(act(gate(x)) * up(x)));"
-                           " nothing is recomputed", self.base_path)
+        elif config.recompute_mlp:
+            if not recompute_mlp(base):
+                logger.warning("recompute_mlp: no MLP of %s takes it (none is a gated MLP down(act(gate(x)) * "
+                               "up(x))); nothing is recomputed", self.base_path)
+        else:
+            recompute_mlp_products(base)  # exact, element-wise only: keeps gate(x) and up(x), not the rest
         if latest is None or empty:
             torch.manual_seed(config.seed)
             lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,

@@ -9,6 +9,7 @@ import torch
 
 from art_train.models import load_causal_lm
 from art_train.trainer import SharedPrefix, row_logprobs
+from art_train.trainer import recompute as recompute_module
 from art_train.trainer.recompute import recompute_mlp
 
 
@@ -82,7 +83,9 @@ def test_the_trainer_recomputes_when_the_model_config_asks(tiny_model_path: Path
     model = art.TrainableModel(name="r", project="t", base_model=str(tiny_model_path), config=config)
     trainer = Trainer(model, art.RunDir("t", "r", root=tmp_path), device="cpu")
     mlps = [m for m in trainer.policy.causal_lm.modules() if hasattr(m, "gate_proj") and hasattr(m, "act_fn")]
-    assert mlps and all(getattr(m, "_art_recomputes", False) is recompute for m in mlps)
+    # recompute_mlp: gate and up run again; otherwise only SiLU and the product do (the default)
+    forward = recompute_module._forward if recompute else recompute_module._products_forward
+    assert mlps and all(m.forward.__func__ is forward for m in mlps)
 
 
 def test_an_mlp_with_another_formula_is_left_as_it_is(tiny_model_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -94,3 +97,48 @@ def test_an_mlp_with_another_formula_is_left_as_it_is(tiny_model_path: Path, cap
         layer.mlp.__class__ = other
     assert recompute_mlp(base) == 0
     assert "SwappedMLP does not compute" in caplog.text
+
+
+def _lora_products(path: Path):  # noqa: ANN202
+    from peft import LoraConfig, get_peft_model
+
+    from art_train.trainer.recompute import recompute_mlp_products
+
+    torch.manual_seed(0)
+    base = load_causal_lm(path, dtype="float32", device="cpu")
+    assert recompute_mlp_products(base) == base.config.num_hidden_layers
+    assert recompute_mlp_products(base) == 0 and recompute_mlp(base) == 0  # once only, one way only
+    return get_peft_model(base, LoraConfig(r=4, lora_alpha=8, init_lora_weights=False,
+                                           target_modules=["q_proj", "gate_proj", "up_proj", "down_proj"]))
+
+
+def test_mlp_products_recomputed_give_the_same_bits_and_keep_less(tiny_model_path: Path) -> None:
+    ids = torch.randint(0, 49152, (96,), generator=torch.Generator().manual_seed(4))
+    plain_logp, plain_grads, plain_kept, plain_calls = _step(_lora(tiny_model_path, False), ids, 16)
+    model = _lora_products(tiny_model_path)
+    logp, grads, kept, calls = _step(model, ids, 16)
+    assert torch.equal(logp, plain_logp)
+    assert grads.keys() == plain_grads.keys()
+    for name, grad in plain_grads.items():
+        assert torch.equal(grads[name], grad), name  # the ops autograd runs, on the same values
+    assert any(g.abs().sum() > 0 for name, g in grads.items() if "down_proj.lora_A" in name)
+    assert calls == plain_calls == 2  # no matmul again: gate runs once a forward
+    config = model.get_base_model().config  # per layer and token of the 96, SiLU(gate) and the product less
+    less = 2 * config.num_hidden_layers * 96 * config.intermediate_size * 4
+    # (down_proj's own hooks also hide its LoRA B's small input, rank 4, from the counting hook)
+    assert less <= plain_kept - kept <= less + config.num_hidden_layers * 96 * 4 * 4, (plain_kept, kept)
+
+
+def test_mlp_products_under_autocast_and_without_grad(tiny_model_path: Path) -> None:
+    ids = torch.randint(0, 49152, (1, 12), generator=torch.Generator().manual_seed(5))
+    model, reference = _lora_products(tiny_model_path), _lora(tiny_model_path, False)
+    with torch.no_grad():
+        assert torch.equal(model.get_base_model()(input_ids=ids).logits,
+                           reference.get_base_model()(input_ids=ids).logits)
+    grads = []
+    for m in (model, reference):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            m.get_base_model()(input_ids=ids).logits.float().square().mean().backward()
+        grads.append({n: p.grad for n, p in m.named_parameters() if p.requires_grad})
+    for name, grad in grads[1].items():
+        assert torch.equal(grads[0][name], grad), name
