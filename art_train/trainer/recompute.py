@@ -45,25 +45,33 @@ def _forward(self: Any, x: torch.Tensor) -> torch.Tensor:
 
 
 class _SiluTimes(torch.autograd.Function):
-    """SiLU(gate) * up, keeping only gate and up: backward runs the ops autograd would, so the same bits."""
+    """SiLU(gate) * up, keeping only gate and up: backward runs the ops autograd would, so the same bits.
+
+    `shared` may hold SiLU(gate) already computed again in this backward (for down_proj's), used once.
+    """
 
     @staticmethod
-    def forward(ctx: Any, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    def forward(ctx: Any, gate: torch.Tensor, up: torch.Tensor, shared: dict[str, torch.Tensor]) -> torch.Tensor:
         ctx.save_for_backward(gate, up)
+        ctx.shared = shared
         return F.silu(gate) * up
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None, None]:
         gate, up = ctx.saved_tensors
+        act = ctx.shared.pop("act", None)
         grad_gate = torch.ops.aten.silu_backward(grad * up, gate) if ctx.needs_input_grad[0] else None
-        return grad_gate, grad * F.silu(gate) if ctx.needs_input_grad[1] else None
+        if not ctx.needs_input_grad[1]:
+            return grad_gate, None, None
+        return grad_gate, grad * (F.silu(gate) if act is None else act), None
 
 
 def _products_forward(self: Any, x: torch.Tensor) -> torch.Tensor:
     if not torch.is_grad_enabled():
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))  # type: ignore[no-any-return]
     gate, up = self.gate_proj(x), self.up_proj(x)
-    product = _SiluTimes.apply(gate, up)
+    shared: dict[str, torch.Tensor] = {}
+    product = _SiluTimes.apply(gate, up, shared)
     storage = product.untyped_storage().data_ptr()
 
     def pack(t: torch.Tensor) -> Any:  # down_proj's LoRA keeps its input: keep a note to rebuild it instead
@@ -74,7 +82,8 @@ def _products_forward(self: Any, x: torch.Tensor) -> torch.Tensor:
     def unpack(kept: Any) -> torch.Tensor:
         if isinstance(kept, torch.Tensor):
             return kept
-        return (F.silu(gate) * up).as_strided(*kept)  # type: ignore[no-any-return]
+        shared["act"] = act = F.silu(gate)  # for _SiluTimes's backward, which comes next
+        return (act * up).as_strided(*kept)  # type: ignore[no-any-return]
 
     with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
         return self.down_proj(product)  # type: ignore[no-any-return]
