@@ -27,6 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from .saved import notes_for
+
 __all__ = ["recompute_mlp", "recompute_mlp_products"]
 
 logger = logging.getLogger(__name__)
@@ -67,25 +69,23 @@ class _SiluTimes(torch.autograd.Function):
 
 
 def _products_forward(self: Any, x: torch.Tensor) -> torch.Tensor:
-    if not torch.is_grad_enabled():
+    if not torch.is_grad_enabled():  # F.silu, not act_fn: `_same_formula` checks the module against this
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))  # type: ignore[no-any-return]
     gate, up = self.gate_proj(x), self.up_proj(x)
     shared: dict[str, torch.Tensor] = {}
     product = _SiluTimes.apply(gate, up, shared)
     storage = product.untyped_storage().data_ptr()
 
-    def pack(t: torch.Tensor) -> Any:  # down_proj's LoRA keeps its input: keep a note to rebuild it instead
+    def note(t: torch.Tensor) -> Any:  # down_proj's LoRA keeps its input: keep a note to rebuild it instead
         if t.untyped_storage().data_ptr() == storage and t.dtype == product.dtype:
             return t.size(), t.stride(), t.storage_offset()
-        return t
+        return None
 
-    def unpack(kept: Any) -> torch.Tensor:
-        if isinstance(kept, torch.Tensor):
-            return kept
+    def rebuild(view: Any) -> torch.Tensor:
         shared["act"] = act = F.silu(gate)  # for _SiluTimes's backward, which comes next
-        return (act * up).as_strided(*kept)  # type: ignore[no-any-return]
+        return (act * up).as_strided(*view)  # type: ignore[no-any-return]
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+    with notes_for(note, rebuild):
         return self.down_proj(product)  # type: ignore[no-any-return]
 
 
@@ -99,7 +99,7 @@ def _same_formula(mlp: Any, forward: Any = _forward) -> bool:
     return bool(torch.allclose(mlp.forward(x), forward(mlp, x), rtol=1e-3, atol=1e-5))
 
 
-def _replace(causal_lm: Any, forward: Any, formula: str, name: str) -> int:
+def _replace(causal_lm: Any, forward: Any, formula: str, name: str, level: int) -> int:
     changed = 0
     checked: dict[type, bool] = {}
     for module in causal_lm.modules():
@@ -108,8 +108,7 @@ def _replace(causal_lm: Any, forward: Any, formula: str, name: str) -> int:
         if type(module) not in checked:
             checked[type(module)] = _same_formula(module, forward)
             if not checked[type(module)]:
-                logger.log(logging.WARNING if name == "recompute_mlp" else logging.DEBUG,
-                           "%s: %s does not compute %s; left as it is", name, type(module).__name__, formula)
+                logger.log(level, "%s: %s does not compute %s; left as it is", name, type(module).__name__, formula)
         if checked[type(module)]:
             module.forward = types.MethodType(forward, module)
             module._art_recomputes = True
@@ -119,9 +118,10 @@ def _replace(causal_lm: Any, forward: Any, formula: str, name: str) -> int:
 
 def recompute_mlp(causal_lm: Any) -> int:
     """Make each gated MLP of `causal_lm` recompute its inner activations in backward; returns how many."""
-    return _replace(causal_lm, _forward, "down(act(gate(x)) * up(x))", "recompute_mlp")
+    return _replace(causal_lm, _forward, "down(act(gate(x)) * up(x))", "recompute_mlp", logging.WARNING)
 
 
 def recompute_mlp_products(causal_lm: Any) -> int:
     """Make each SiLU-gated MLP of `causal_lm` keep only gate(x) and up(x) for backward; returns how many."""
-    return _replace(causal_lm, _products_forward, "down(silu(gate(x)) * up(x))", "recompute_mlp_products")
+    return _replace(causal_lm, _products_forward, "down(silu(gate(x)) * up(x))", "recompute_mlp_products",
+                    logging.DEBUG)

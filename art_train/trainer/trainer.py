@@ -35,6 +35,7 @@ from .attention import use_split_attention
 from .checkpoints import Checkpoints, Snapshot, snapshot
 from .distributed import Ranks, Worker
 from .grpo import grpo_step
+from .norms import rebuild_norm_outputs
 from .off_policy import drop_stale, max_age
 from .policy import Policy, Progress
 from .probe import HalfPrecisionReference, adapter_logprobs
@@ -159,12 +160,13 @@ class Trainer:
         use_split_attention(base)
         if config.gradient_checkpointing:
             base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        elif config.recompute_mlp:
-            if not recompute_mlp(base):
+        else:
+            rebuild_norm_outputs(base)  # exact, element-wise only: the RMSNorms' outputs are computed again
+            if not config.recompute_mlp:
+                recompute_mlp_products(base)  # exact, element-wise only: keeps gate(x) and up(x), not the rest
+            elif not recompute_mlp(base):
                 logger.warning("recompute_mlp: no MLP of %s takes it (none is a gated MLP down(act(gate(x)) * "
                                "up(x))); nothing is recomputed", self.base_path)
-        else:
-            recompute_mlp_products(base)  # exact, element-wise only: keeps gate(x) and up(x), not the rest
         if latest is None or empty:
             torch.manual_seed(config.seed)
             lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
