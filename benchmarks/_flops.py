@@ -20,7 +20,8 @@ def _pairs(q_shape: Any, k_shape: Any, causal: bool) -> int:
     sq, sk = q_shape[-2], k_shape[-2]
     if not causal:
         return int(sq * sk)
-    return sum(min(i + 1, sk) for i in range(sq))
+    m = min(sq, sk)  # query i sees min(i + 1, sk) keys: the triangle over the first m, then whole rows
+    return int(m * (m + 1) // 2 + (sq - m) * sk)
 
 
 def _attention_forward(query: Any, key: Any, value: Any, dropout_p: float = 0.0, is_causal: bool = False,

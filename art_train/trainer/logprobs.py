@@ -30,13 +30,14 @@ class _SelectedLogprobs(torch.autograd.Function):
                 expect: bool):
         logp = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)  # [n]
         entropy = torch.empty_like(logp)  # [n]
-        logz = torch.empty_like(logp)  # [n]
+        logz = None if expect else torch.empty_like(logp)  # [n], for a backward that recomputes the logits
         expected = torch.empty_like(hidden) if expect else None  # [n, H]
         with torch.autocast(hidden.device.type, enabled=False):
             for s in range(0, hidden.shape[0], chunk):
                 logits = (hidden[s : s + chunk] @ weight.T).float()  # [c, V]
                 z = torch.logsumexp(logits, dim=-1)  # [c]
-                logz[s : s + chunk] = z
+                if logz is not None:
+                    logz[s : s + chunk] = z
                 logp[s : s + chunk] = logits.gather(1, targets[s : s + chunk, None])[:, 0] - z
                 probs = torch.exp(logits - z[:, None])  # [c, V]
                 entropy[s : s + chunk] = z - (probs * logits).sum(-1)

@@ -1,19 +1,20 @@
-"""Keep no RMSNorm output for backward: rebuild it from the norm's input and 1/rms, which its backward keeps.
+"""Keep no norm output for backward: compute it again from the norm's input, which its own backward keeps.
 
 A decoder layer normalises its input twice (before attention and before the MLP), and the LoRA of every
 projection that reads a norm's output keeps that output for its weight's gradient: 2 x hidden floats a
 token a layer (4.5 KiB in SmolLM2-135M, a sixth of what a layer keeps). Here each decoder layer keeps a
-note instead, and the output is computed again in backward with the same ops on the same values, so the
-same gradients bit for bit (`tests/train/test_norms.py`). Element-wise work only.
+note instead, and in backward the norm runs again on its input (kept anyway: a norm's backward needs it),
+so the same values and the same gradients bit for bit (`tests/train/test_norms.py`). Element-wise work only.
 
-Changed: layers with ``input_layernorm`` and ``post_attention_layernorm`` whose norms compute
-``weight * (x * rsqrt(mean(x^2) + variance_epsilon))`` in float32 (Llama, Qwen2 and Qwen3, Mistral),
-checked once per norm class on random values; others (Gemma's ``1 + weight``) are left as they are.
+Changed: every layer with ``input_layernorm`` and ``post_attention_layernorm`` (Llama, Qwen2 and Qwen3,
+Mistral, Gemma). The norms are watched by forward hooks, not given a new ``forward``: transformers may
+swap a norm's ``forward`` for a hub kernel's whenever the model changes mode, and the note then runs
+that kernel again.
 """
 
 from __future__ import annotations
 
-import logging
+import functools
 import types
 import weakref
 from collections.abc import Callable
@@ -24,8 +25,6 @@ import torch
 from .saved import notes_for
 
 __all__ = ["rebuild_norm_outputs"]
-
-logger = logging.getLogger(__name__)
 
 _NORMS = ("input_layernorm", "post_attention_layernorm")
 
@@ -44,22 +43,30 @@ class _Output:
         self.cached: torch.Tensor | None = None
 
     def get(self) -> torch.Tensor:
-        out = self.cached if self.cached is not None else self.again()
+        if self.cached is not None:
+            out = self.cached
+        else:
+            with torch.no_grad():
+                out = self.again()
         self.pending -= 1
         self.cached = out if self.pending > 0 else None
         return out
 
 
-def _norm_forward(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:
-    dtype = hidden_states.dtype
-    x = hidden_states.to(torch.float32)
-    rstd = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
-    out = self.weight * (x * rstd).to(dtype)
-    outputs = getattr(self, "_art_outputs", None)
-    if outputs is not None:  # the values the norm's own backward keeps already (and the weight autograd keeps)
-        weight, x, rstd = self.weight, x.detach(), rstd.detach()
-        outputs.append(_Output(out, lambda: weight * (x * rstd).to(dtype)))
-    return out  # type: ignore[no-any-return]
+class _Layer:
+    """A layer's norm outputs of the forward in progress (None outside one)."""
+
+    __slots__ = ("outputs",)
+
+    def __init__(self) -> None:
+        self.outputs: list[_Output] | None = None
+
+
+def _watch(layer: _Layer, norm: Any, args: tuple[Any, ...], out: Any) -> None:
+    if layer.outputs is None or len(args) != 1 or not isinstance(out, torch.Tensor):
+        return
+    x = args[0].detach()  # kept by the norm's own backward already
+    layer.outputs.append(_Output(out, lambda: norm(x)))
 
 
 def _layer_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -78,46 +85,23 @@ def _layer_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
         o, *view = kept
         return o.get().as_strided(*view)  # type: ignore[no-any-return]
 
-    norms = [getattr(self, name) for name in _NORMS]
-    for norm in norms:
-        norm._art_outputs = outputs
+    self._art_norms.outputs = outputs
     try:
         with notes_for(note, rebuild):
             return self._art_forward(*args, **kwargs)
     finally:
-        for norm in norms:
-            norm._art_outputs = None
-
-
-@torch.no_grad()
-def _same_formula(norm: Any) -> bool:
-    weight = getattr(norm, "weight", None)
-    if not isinstance(weight, torch.Tensor) or not hasattr(norm, "variance_epsilon"):
-        return False
-    if weight.device.type == "meta":
-        return True
-    x = torch.randn(3, weight.shape[-1], generator=torch.Generator().manual_seed(0)).to(weight.device, weight.dtype)
-    return bool(torch.equal(norm.forward(x), _norm_forward(norm, x)))
+        self._art_norms.outputs = None
 
 
 def rebuild_norm_outputs(causal_lm: Any) -> int:
-    """Make each decoder layer of `causal_lm` keep notes, not its RMSNorms' outputs; returns how many layers."""
+    """Make each decoder layer of `causal_lm` keep notes, not its norms' outputs; returns how many layers."""
     changed = 0
-    checked: dict[type, bool] = {}
     for layer in causal_lm.modules():
-        if not all(hasattr(layer, name) for name in _NORMS) or hasattr(layer, "_art_forward"):
+        if not all(hasattr(layer, name) for name in _NORMS) or hasattr(layer, "_art_norms"):
             continue
-        norms = [getattr(layer, name) for name in _NORMS]
-        for norm in norms:
-            if type(norm) not in checked:
-                checked[type(norm)] = _same_formula(norm)
-                if not checked[type(norm)]:
-                    logger.debug("rebuild_norm_outputs: %s is not weight * x / rms(x); left as it is",
-                                 type(norm).__name__)
-        if not all(checked[type(norm)] for norm in norms):
-            continue
-        for norm in norms:
-            norm.forward = types.MethodType(_norm_forward, norm)
+        layer._art_norms = state = _Layer()
+        for name in _NORMS:
+            getattr(layer, name).register_forward_hook(functools.partial(_watch, state))
         layer._art_forward = layer.forward
         layer.forward = types.MethodType(_layer_forward, layer)
         changed += 1

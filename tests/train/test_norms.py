@@ -86,14 +86,14 @@ def test_without_grad_and_under_autocast(tiny_model_path: Path) -> None:
         assert torch.equal(grads[0][name], grad), name
 
 
-def test_a_norm_with_another_formula_is_left_as_it_is(tiny_model_path: Path) -> None:
-    base = load_causal_lm(tiny_model_path, dtype="float32", device="cpu")
-    norm_type = type(base.model.layers[0].input_layernorm)
-    shifted = type("ShiftedNorm", (norm_type,), {"forward": lambda self, x: norm_type.forward(self, x) * 2})
-    for layer in base.model.layers:
-        layer.input_layernorm.__class__ = shifted  # Gemma-like: not weight * x / rms(x)
-    assert rebuild_norm_outputs(base) == 0
-    assert not hasattr(base.model.layers[0], "_art_forward")
+def test_the_notes_hold_when_the_model_changes_mode(tiny_model_path: Path) -> None:
+    # transformers may give each norm a new `forward` (a hub kernel's, or the class's again) on train()/eval()
+    model = _lora(tiny_model_path, True)
+    model.eval()
+    model.train()
+    ids = torch.randint(0, 49152, (96,), generator=torch.Generator().manual_seed(4))
+    _, _, _, norms = _step(model, ids, 16)
+    assert norms == 0
 
 
 @pytest.mark.parametrize("checkpointing", [False, True])
@@ -106,5 +106,5 @@ def test_the_trainer_rebuilds_norm_outputs_unless_it_checkpoints_layers(tiny_mod
     model = art.TrainableModel(name="n", project="t", base_model=str(tiny_model_path), config=config)
     trainer = Trainer(model, art.RunDir("t", "n", root=tmp_path), device="cpu")
     layers = [m for m in trainer.policy.causal_lm.modules() if hasattr(m, "post_attention_layernorm")]
-    assert layers and all(hasattr(layer, "_art_forward") != checkpointing for layer in layers)
+    assert layers and all(hasattr(layer, "_art_norms") != checkpointing for layer in layers)
     trainer.close()
