@@ -12,15 +12,22 @@ from art_train.models import load_causal_lm
 from art_train.trainer import SharedPrefix, row_logprobs
 from art_train.trainer.norms import rebuild_norm_outputs
 from art_train.trainer.recompute import recompute_mlp_products
+from tests.train.test_recompute import assert_same_bits_without_grad_and_under_autocast
 
 _TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-def _lora(path: Path, rebuild: bool):  # noqa: ANN202
+def _lora(path: Path, rebuild: bool, gemma_norms: bool = False):  # noqa: ANN202
     from peft import LoraConfig, get_peft_model
 
     torch.manual_seed(0)
     base = load_causal_lm(path, dtype="float32", device="cpu")
+    if gemma_norms:  # another formula, x / rms(x) * (1 + weight): the norm itself runs again, whatever it computes
+        norm_type = type(base.model.layers[0].input_layernorm)
+        gemma = type("GemmaLikeNorm", (norm_type,), {"forward": lambda self, x: norm_type.forward(self, x) / self.weight
+                                                     * (1 + self.weight)})
+        for layer in base.model.layers:
+            layer.input_layernorm.__class__ = layer.post_attention_layernorm.__class__ = gemma
     recompute_mlp_products(base)
     if rebuild:
         assert rebuild_norm_outputs(base) == base.config.num_hidden_layers
@@ -57,10 +64,11 @@ def _step(model, ids: torch.Tensor, k: int):  # noqa: ANN001, ANN202
     return logp.detach(), grads, sum(size for _, size in saves), of_norms
 
 
-def test_norm_outputs_rebuilt_give_the_same_bits_and_are_not_kept(tiny_model_path: Path) -> None:
+@pytest.mark.parametrize("gemma_norms", [False, True])
+def test_norm_outputs_rebuilt_give_the_same_bits_and_are_not_kept(tiny_model_path: Path, gemma_norms: bool) -> None:
     ids = torch.randint(0, 49152, (96,), generator=torch.Generator().manual_seed(4))
-    plain_logp, plain_grads, plain_kept, plain_norms = _step(_lora(tiny_model_path, False), ids, 16)
-    logp, grads, kept, norms = _step(_lora(tiny_model_path, True), ids, 16)
+    plain_logp, plain_grads, plain_kept, plain_norms = _step(_lora(tiny_model_path, False, gemma_norms), ids, 16)
+    logp, grads, kept, norms = _step(_lora(tiny_model_path, True, gemma_norms), ids, 16)
     assert torch.equal(logp, plain_logp)
     assert grads.keys() == plain_grads.keys()
     for name, grad in plain_grads.items():
@@ -72,18 +80,7 @@ def test_norm_outputs_rebuilt_give_the_same_bits_and_are_not_kept(tiny_model_pat
 
 
 def test_without_grad_and_under_autocast(tiny_model_path: Path) -> None:
-    ids = torch.randint(0, 49152, (1, 12), generator=torch.Generator().manual_seed(5))
-    model, reference = _lora(tiny_model_path, True), _lora(tiny_model_path, False)
-    with torch.no_grad():
-        assert torch.equal(model.get_base_model()(input_ids=ids).logits,
-                           reference.get_base_model()(input_ids=ids).logits)
-    grads = []
-    for m in (model, reference):
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            m.get_base_model()(input_ids=ids).logits.float().square().mean().backward()
-        grads.append({n: p.grad for n, p in m.named_parameters() if p.requires_grad})
-    for name, grad in grads[1].items():
-        assert torch.equal(grads[0][name], grad), name
+    assert_same_bits_without_grad_and_under_autocast(_lora(tiny_model_path, True), _lora(tiny_model_path, False))
 
 
 def test_the_notes_hold_when_the_model_changes_mode(tiny_model_path: Path) -> None:

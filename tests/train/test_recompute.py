@@ -128,9 +128,9 @@ def test_mlp_products_recomputed_give_the_same_bits_and_keep_less(tiny_model_pat
     assert plain_kept - kept == less, (plain_kept, kept)  # down_proj's hooks pass the rest to the counting hook
 
 
-def test_mlp_products_under_autocast_and_without_grad(tiny_model_path: Path) -> None:
+def assert_same_bits_without_grad_and_under_autocast(model, reference) -> None:  # noqa: ANN001
+    """`model` gives `reference`'s logits without grad, and its LoRA gradients under bfloat16 autocast, bit for bit."""
     ids = torch.randint(0, 49152, (1, 12), generator=torch.Generator().manual_seed(5))
-    model, reference = _lora_products(tiny_model_path), _lora(tiny_model_path, False)
     with torch.no_grad():
         assert torch.equal(model.get_base_model()(input_ids=ids).logits,
                            reference.get_base_model()(input_ids=ids).logits)
@@ -141,3 +141,7 @@ def test_mlp_products_under_autocast_and_without_grad(tiny_model_path: Path) -> 
         grads.append({n: p.grad for n, p in m.named_parameters() if p.requires_grad})
     for name, grad in grads[1].items():
         assert torch.equal(grads[0][name], grad), name
+
+
+def test_mlp_products_under_autocast_and_without_grad(tiny_model_path: Path) -> None:
+    assert_same_bits_without_grad_and_under_autocast(_lora_products(tiny_model_path), _lora(tiny_model_path, False))
