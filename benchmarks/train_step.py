@@ -16,7 +16,8 @@ Usage: python benchmarks/train_step.py [--runs 1] [--arms ours,trl] [--malloc gl
 `--malloc` picks both arms' malloc (glibc, tcmalloc, jemalloc or auto, as ART_MALLOC; art_train/allocator.py).
 `--autocast bfloat16` runs both arms' matmuls under bfloat16 autocast (TRL's default `bf16=True`; ours
 `ModelConfig(autocast=...)`), only sensible on a CPU with native bfloat16. `--recompute-mlp`: ours with
-`ModelConfig(recompute_mlp=True)` (art_train/trainer/recompute.py).
+`ModelConfig(recompute_mlp=True)` (art_train/trainer/recompute.py); `--recompute-prompt`: ours with
+`ModelConfig(recompute_prompt=True)` (a shared prompt's forward again in backward, art_train/trainer/logprobs.py).
 `--flops`: after the timed runs, one more run of ours counts its step's FLOPs (benchmarks/_flops.py: matmuls
 and CPU flash attention, recomputation included; slower, not timed), and the machine's matmul limit is
 measured in the same invocation (a 2048^3 matmul in float32 and bfloat16): the results give ours's FLOP/s
@@ -72,12 +73,13 @@ def make_groups(vocab_low: int = 100, vocab_high: int = 40000, seed: int = 0, sh
 
 
 def run_ours(base_model: str, shape: str, autocast: str | None, recompute_mlp: bool = False,
-             run: Callable[[Callable[[], Any]], Any] = lambda f: f()) -> dict:
+             run: Callable[[Callable[[], Any]], Any] = lambda f: f(), recompute_prompt: bool = False) -> dict:
     import art_core as art
     from art_train.trainer import Trainer
 
     model = art.TrainableModel(name="bench", project="bench", base_model=base_model,
-                               config=art.ModelConfig(autocast=autocast, recompute_mlp=recompute_mlp))
+                               config=art.ModelConfig(autocast=autocast, recompute_mlp=recompute_mlp,
+                                                      recompute_prompt=recompute_prompt))
     trainer = Trainer(model, art.RunDir("bench", "bench", root=tempfile.mkdtemp()), device="cpu")
     groups = make_groups(shape=shape)
     result = run(lambda: trainer.train(groups, art.TrainConfig(learning_rate=1e-5, max_seq_len=2048)))
@@ -191,7 +193,7 @@ def run_trl(micro_batch: int, base_model: str, shape: str, autocast: str | None,
 
 
 def child(arm: str, micro_batch: int, base_model: str, shape: str, autocast: str | None,
-          recompute_mlp: bool = False, count: bool = False) -> None:
+          recompute_mlp: bool = False, count: bool = False, recompute_prompt: bool = False) -> None:
     from _flops import count_flops
 
     from art_train.allocator import malloc_library, preload_allocator
@@ -206,12 +208,13 @@ def child(arm: str, micro_batch: int, base_model: str, shape: str, autocast: str
         flops.update(counted)
         return result
 
-    out = (run_ours(base_model, shape, autocast, recompute_mlp, run) if arm == "ours"
+    out = (run_ours(base_model, shape, autocast, recompute_mlp, run, recompute_prompt) if arm == "ours"
            else run_trl(micro_batch, base_model, shape, autocast, run))
     if count:
         out["flops"] = flops
     out["autocast"] = autocast
     out["recompute_mlp"] = recompute_mlp and arm == "ours"
+    out["recompute_prompt"] = recompute_prompt and arm == "ours"
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out["malloc"] = Path(malloc_library() or "unknown").name
     print("RESULT " + json.dumps(out), flush=True)
@@ -259,6 +262,8 @@ def main() -> None:
                          "native bfloat16 (AVX512-BF16, AMX)")
     ap.add_argument("--recompute-mlp", action="store_true",
                     help="ours with ModelConfig(recompute_mlp=True): the MLP's inner activations recomputed in backward")
+    ap.add_argument("--recompute-prompt", action="store_true",
+                    help="ours with ModelConfig(recompute_prompt=True): a shared prompt's forward again in backward")
     ap.add_argument("--flops", action="store_true",
                     help="then one more, untimed run of ours counting its step's FLOPs, and the machine's matmul limit")
     ap.add_argument("--count-flops", action="store_true", help=argparse.SUPPRESS)  # a child's
@@ -266,7 +271,7 @@ def main() -> None:
     shape = "smoke" if args.smoke else "full"
     if args.child:
         child(args.child, args.trl_micro_batch, args.base_model, shape, args.autocast, args.recompute_mlp,
-              args.count_flops)
+              args.count_flops, args.recompute_prompt)
         return
     out_path = args.out or RESULTS
     arms = args.arms.split(",")
@@ -283,7 +288,8 @@ def main() -> None:
         cmd = [sys.executable, __file__, "--child", arm, "--trl-micro-batch", str(args.trl_micro_batch),
                "--base-model", args.base_model] + (["--smoke"] if args.smoke else []) + (
                   ["--autocast", args.autocast] if args.autocast else []) + (
-                  ["--recompute-mlp"] if args.recompute_mlp else []) + list(extra)
+                  ["--recompute-mlp"] if args.recompute_mlp else []) + (
+                  ["--recompute-prompt"] if args.recompute_prompt else []) + list(extra)
         env = dict(os.environ, ART_MALLOC=args.malloc)
         out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env).stdout
         r = json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
@@ -315,7 +321,8 @@ def main() -> None:
             "device": "cpu",
             "cpu_threads": os.cpu_count(),
             "ours": "TrainConfig(max_seq_len=2048), one sequence per row on CPU, no gradient checkpointing"
-                    + (", ModelConfig(recompute_mlp=True)" if args.recompute_mlp else ""),
+                    + (", ModelConfig(recompute_mlp=True)" if args.recompute_mlp else "")
+                    + (", ModelConfig(recompute_prompt=True)" if args.recompute_prompt else ""),
             "trl": f"padded micro-batches of {args.trl_micro_batch}, gradient checkpointing on",
             "tokens_per_s": "trained completion tokens / seconds of (tokenize +) forward and backward",
             "peak_rss": "ru_maxrss of a fresh child process per arm",

@@ -33,7 +33,6 @@ import torch
 from art_core import TrainConfig, TrajectoryGroup
 
 from .advantages import step_advantages
-from .logprobs import SharedPrefix
 from .losses import clip_fraction, loss_spec, policy_loss, token_weights
 from .off_policy import is_cap
 from .packing import Row, split_batches
@@ -145,7 +144,7 @@ def grpo_step(
                 old_b, ref_b = old[b], ref[b]  # [N] or None
                 batch_loss = 0.0
                 for k, group_rows in policy.row_groups(rows, config):
-                    prefix = SharedPrefix(policy.causal_lm, group_rows[0].input_ids[:k]) if k else None
+                    prefix = policy.shared_prefix(group_rows[0].input_ids[:k]) if k else None
                     for chunk in policy.row_chunks(group_rows, k, config):  # short rows: several a decoder call
                         outs = policy.forward_rows(chunk, prefix)
                         idx = torch.cat([row.token_index for row in chunk])  # [n] the chunk's tokens in the flat arrays

@@ -95,24 +95,38 @@ class SharedPrefix:
     backward leaves their gradients there. `backward()` then sends the summed gradient through the
     prefix's graph in one pass. Exact: the same math as running every sequence whole.
 
+    With `recompute`, the first forward keeps no graph (only the keys and values), and `backward()`
+    runs the prefix forward again, with the random state of the first, to send the gradient through:
+    the prompt's activations are not held while its sequences run, for one more forward of the prompt.
+
     Example:
         prefix = SharedPrefix(causal_lm, row.input_ids[:k])
         for row in rows: row_logprobs(causal_lm, ..., prefix=prefix)[0].sum().backward()
         prefix.backward()
     """
 
-    def __init__(self, causal_lm: Any, input_ids: torch.Tensor) -> None:
+    def __init__(self, causal_lm: Any, input_ids: torch.Tensor, *, recompute: bool = False) -> None:
+        self.length = int(input_ids.shape[0])
+        self._decoder = causal_lm.get_decoder()
+        self._ids = input_ids[None].to(causal_lm.get_output_embeddings().weight.device)
+        self._rng = _rng_state(self._ids.device) if recompute else None
+        if recompute:
+            with torch.no_grad():
+                kv = self._forward()
+            self._kv: list[tuple[torch.Tensor, torch.Tensor]] = []
+            self._leaves = [(k.requires_grad_(), v.requires_grad_()) for k, v in kv]
+        else:
+            self._kv = self._forward()  # [1, heads, k, head_dim] per layer, with their graph
+            self._leaves = [
+                (k.detach().requires_grad_(k.requires_grad), v.detach().requires_grad_(v.requires_grad))
+                for k, v in self._kv
+            ]
+
+    def _forward(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         from transformers import DynamicCache
 
-        device = causal_lm.get_output_embeddings().weight.device
-        decoder = causal_lm.get_decoder()
-        out = decoder(input_ids=input_ids[None].to(device), **cache_kwargs(decoder, DynamicCache()), use_cache=True)
-        self.length = int(input_ids.shape[0])
-        self._kv = [(k, v) for k, v, *_ in output_cache(out)]  # [1, heads, k, head_dim] per layer, with their graph
-        self._leaves = [
-            (k.detach().requires_grad_(k.requires_grad), v.detach().requires_grad_(v.requires_grad))
-            for k, v in self._kv
-        ]
+        out = self._decoder(input_ids=self._ids, **cache_kwargs(self._decoder, DynamicCache()), use_cache=True)
+        return [(k, v) for k, v, *_ in output_cache(out)]
 
     def cache(self, batch: int = 1) -> Any:
         """A fresh cache holding the prefix (suffixes append to their own copy, never to the prefix), for
@@ -126,15 +140,32 @@ class SharedPrefix:
 
     def backward(self) -> None:
         """Backpropagate the gradients the suffixes left on the prefix's keys and values."""
+        leaves, self._leaves = self._leaves, []
+        if self._rng is not None and any(t.grad is not None for pair in leaves for t in pair):
+            with torch.random.fork_rng(devices=[self._ids.device] if self._ids.device.type == "cuda" else []):
+                _set_rng_state(self._rng, self._ids.device)
+                with torch.enable_grad():
+                    self._kv = self._forward()
         outputs, grads = [], []
-        for (k, v), (lk, lv) in zip(self._kv, self._leaves, strict=True):
+        for (k, v), (lk, lv) in zip(self._kv, leaves, strict=False):  # no graph kept and no gradient: nothing
             for t, leaf in ((k, lk), (v, lv)):
                 if t.requires_grad and leaf.grad is not None:
                     outputs.append(t)
                     grads.append(leaf.grad)
+        self._kv = []
         if outputs:
             torch.autograd.backward(outputs, grads)
-        self._kv, self._leaves = [], []
+
+
+def _rng_state(device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The random state a forward on `device` draws from (LoRA dropout): CPU's, and the GPU's on CUDA."""
+    return torch.get_rng_state(), torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+
+
+def _set_rng_state(state: tuple[torch.Tensor, torch.Tensor | None], device: torch.device) -> None:
+    torch.set_rng_state(state[0])
+    if state[1] is not None:
+        torch.cuda.set_rng_state(state[1], device)
 
 
 def row_logprobs(

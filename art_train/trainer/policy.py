@@ -17,7 +17,7 @@ import torch
 from art_core import SFTConfig, TrainConfig
 
 from .distributed import reduce_values, shard_row_groups, sum_grads
-from .logprobs import row_logprobs, rows_logprobs
+from .logprobs import SharedPrefix, row_logprobs, rows_logprobs
 from .packing import Row, build_rows, row_groups
 from .tokenize import Sequence
 from .work import DecoderCounter, work_metrics
@@ -40,6 +40,8 @@ class Policy:
         gradient_checkpointing: whether the base model recomputes activations (then no shared prefixes).
         prefix_preserving: whether the chat template passed the prefix check (`check_prefix_preserving`).
         autocast: the dtype the decoder computes in under torch.autocast (`ModelConfig.autocast`), or None.
+        recompute_prompt: whether a shared prompt's forward runs again in backward instead of keeping its
+            graph while its rows run (`ModelConfig.recompute_prompt`; not with the base sharded).
         decoder: counts the tokens and calls through the decoder (a step's `work/*` metrics).
         rank, world: this policy's place among the trainer's ranks (`distributed`); with world > 1 a step
             trains this rank's rows (`row_groups`), sums gradients over ranks (`optimizer_step`) and
@@ -57,6 +59,7 @@ class Policy:
     gradient_checkpointing: bool = False
     prefix_preserving: bool = True
     autocast: str | None = None
+    recompute_prompt: bool = False
     rank: int = 0
     world: int = 1
     root: Any = None
@@ -135,6 +138,10 @@ class Policy:
             else:
                 chunks.append([row])
         return chunks
+
+    def shared_prefix(self, input_ids: torch.Tensor) -> SharedPrefix:
+        """The `SharedPrefix` of a row group's common prompt `input_ids` [k]."""
+        return SharedPrefix(self.causal_lm, input_ids, recompute=self.recompute_prompt and self.root is None)
 
     def forward_rows(self, rows: list[Row], prefix: Any = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """`forward` of each row of a `row_chunks` chunk, in one decoder call when there are several."""

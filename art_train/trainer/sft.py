@@ -16,7 +16,6 @@ import torch
 
 from art_core import SFTConfig, Trajectory
 
-from .logprobs import SharedPrefix
 from .packing import split_batches
 from .policy import Policy, Progress
 from .tokenize import Sequence, TokenizeStats, fit_length, tokenize_trajectory
@@ -61,7 +60,7 @@ def sft_step(policy: Policy, trajectories: list[Trajectory], config: SFTConfig, 
                     continue
                 batch_loss = 0.0
                 for k, group_rows in policy.row_groups(rows, config):
-                    prefix = SharedPrefix(policy.causal_lm, group_rows[0].input_ids[:k]) if k else None
+                    prefix = policy.shared_prefix(group_rows[0].input_ids[:k]) if k else None
                     for chunk in policy.row_chunks(group_rows, k, config):  # short rows: several a decoder call
                         loss = -torch.cat([logp for logp, _ in policy.forward_rows(chunk, prefix)]).sum() / n  # token mean
                         loss.backward()

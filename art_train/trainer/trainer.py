@@ -130,6 +130,7 @@ class Trainer:
                              gradient_checkpointing=config.gradient_checkpointing,
                              prefix_preserving=prefix_preserving,
                              autocast=training_autocast(config.autocast, self.device),
+                             recompute_prompt=config.recompute_prompt,
                              rank=ranks.rank if ranks else 0, world=ranks.world if ranks else 1)
         if latest is None:
             self.step = 0

@@ -94,14 +94,7 @@ def test_the_notes_hold_when_the_model_changes_mode(tiny_model_path: Path) -> No
 
 
 @pytest.mark.parametrize("checkpointing", [False, True])
-def test_the_trainer_rebuilds_norm_outputs_unless_it_checkpoints_layers(tiny_model_path: Path, tmp_path: Path,
-                                                                         checkpointing: bool) -> None:
-    import art_core as art
-    from art_train.trainer import Trainer
-
-    config = art.ModelConfig(gradient_checkpointing=checkpointing)
-    model = art.TrainableModel(name="n", project="t", base_model=str(tiny_model_path), config=config)
-    trainer = Trainer(model, art.RunDir("t", "n", root=tmp_path), device="cpu")
+def test_the_trainer_rebuilds_norm_outputs_unless_it_checkpoints_layers(make_trainer, checkpointing: bool) -> None:  # noqa: ANN001
+    trainer = make_trainer(gradient_checkpointing=checkpointing)
     layers = [m for m in trainer.policy.causal_lm.modules() if hasattr(m, "post_attention_layernorm")]
     assert layers and all(hasattr(layer, "_art_norms") != checkpointing for layer in layers)
-    trainer.close()

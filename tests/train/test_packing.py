@@ -181,7 +181,8 @@ def _system_sharing_sequences() -> list[Sequence]:
         (_system_sharing_sequences, [(0, 1), (20, 3)]),
     ],
 )
-def test_shared_prefix_matches_whole_sequences(tiny_model_path, make, expected) -> None:  # noqa: ANN001
+@pytest.mark.parametrize("recompute", [False, True])
+def test_shared_prefix_matches_whole_sequences(tiny_model_path, make, expected, recompute) -> None:  # noqa: ANN001
     model = _lora_model(tiny_model_path)
     seqs = make()
     rows, seq_of_token = build_rows(seqs, capacity=1)  # one sequence per row
@@ -194,7 +195,7 @@ def test_shared_prefix_matches_whole_sequences(tiny_model_path, make, expected) 
     causal_lm = model.get_base_model()
     shared_logp = torch.zeros(n)
     for k, group in groups:
-        prefix = SharedPrefix(causal_lm, group[0].input_ids[:k]) if k else None
+        prefix = SharedPrefix(causal_lm, group[0].input_ids[:k], recompute=recompute) if k else None
         for row in group:
             logp, _ = row_logprobs(
                 causal_lm, row.input_ids, row.position_ids, row.pred_index, row.targets, prefix=prefix
@@ -213,40 +214,99 @@ def test_shared_prefix_matches_whole_sequences(tiny_model_path, make, expected) 
     )
 
 
-def test_trainer_cpu_rows_match_packed_rows(tiny_model_path, tmp_path) -> None:  # noqa: ANN001
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+def test_recomputed_prefix_gives_the_kept_prefix_bits(tiny_model_path, dropout) -> None:  # noqa: ANN001
+    # the prompt's forward again in backward, with the first forward's random state (LoRA dropout):
+    # the same logprobs and gradients bit for bit as keeping its graph, and no graph held meanwhile
+    from peft import LoraConfig, get_peft_model
+
+    rows, seq_of_token = build_rows(_prompt_sharing_sequences(), capacity=1)
+    (k, group), = [(k, g) for k, g in prefix_groups(rows) if k]
+    coef = torch.linspace(-1, 1, len(seq_of_token))
+    results = []
+    for recompute in (False, True):
+        torch.manual_seed(0)
+        model = get_peft_model(
+            load_causal_lm(tiny_model_path, dtype="float32", device="cpu"),
+            LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"],
+                       lora_dropout=dropout, init_lora_weights=False),
+        )
+        model.train()
+        causal_lm = model.get_base_model()
+        torch.manual_seed(1)
+        prefix = SharedPrefix(causal_lm, group[0].input_ids[:k], recompute=recompute)
+        kept = [t.grad_fn is not None for kv in prefix._kv for t in kv]  # the prompt's graph, held
+        logps = []
+        for row in group:
+            logp, _ = row_logprobs(causal_lm, row.input_ids, row.position_ids, row.pred_index, row.targets,
+                                   prefix=prefix)
+            (logp * coef[row.token_index]).sum().backward()
+            logps.append(logp.detach())
+        prefix.backward()
+        grads = {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
+        results.append((kept, torch.cat(logps), grads))
+    (kept, logp, grads), (kept_re, logp_re, grads_re) = results
+    assert any(kept) and not kept_re  # (layer 0's keys: no LoRA on k_proj, no graph)
+    assert torch.equal(logp, logp_re)
+    assert grads.keys() == grads_re.keys()
+    for name, grad in grads.items():
+        assert torch.equal(grad, grads_re[name]), name
+    assert any(g.abs().sum() > 0 for n, g in grads.items() if "layers.0" in n and "lora_B" in n)
+
+
+def _answer_groups(tok):  # noqa: ANN001, ANN202 - two tasks, three answers each
+    import art_core as art
+
+    groups = []
+    for task in ("two plus two?", "capital of france?"):
+        trajs = []
+        for answer, reward in (("four is the answer", 1.0), ("five", 0.0), ("it is four, I think", 0.5)):
+            ids = tok(answer, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+            t = art.Trajectory(messages=[{"role": "user", "content": task}], reward=reward)
+            t.turns.append(art.assistant_turn(answer, token_ids=ids, logprobs=[-1.0] * len(ids)))
+            trajs.append(t)
+        groups.append(art.TrajectoryGroup(trajs))
+    return groups
+
+
+def _step(trainer, config) -> tuple[dict, dict[str, torch.Tensor]]:  # noqa: ANN001
+    # one GRPO step on `_answer_groups`: its metrics and the gradients after clipping, before the update
+    grads: dict[str, torch.Tensor] = {}
+
+    def record(optimizer, args, kwargs):  # noqa: ANN001, ANN202
+        grads.update({n: p.grad.clone() for n, p in trainer.peft.named_parameters() if p.grad is not None})
+
+    trainer.optimizer.register_step_pre_hook(record)
+    return trainer.train(_answer_groups(trainer.tokenizer), config).metrics, grads
+
+
+def test_trainer_cpu_rows_match_packed_rows(make_trainer) -> None:  # noqa: ANN001
     # the CPU default (one sequence per row, shared prompts) and explicit packing give the same step
     import art_core as art
-    from art_train.trainer import Trainer
 
-    def step(pack_tokens: int | None, name: str) -> tuple[dict, dict[str, torch.Tensor]]:
-        model = art.TrainableModel(name=name, project="t", base_model=str(tiny_model_path))
-        trainer = Trainer(model, art.RunDir("t", name, root=tmp_path), device="cpu")
-        grads: dict[str, torch.Tensor] = {}
+    def step(pack_tokens: int | None) -> tuple[dict, dict[str, torch.Tensor]]:
+        return _step(make_trainer(), art.TrainConfig(learning_rate=1e-3, beta=0.05, pack_tokens=pack_tokens))
 
-        def record(optimizer, args, kwargs):  # noqa: ANN001, ANN202 - after clipping, before the update
-            grads.update(
-                {n: p.grad.clone() for n, p in trainer.peft.named_parameters() if p.grad is not None}
-            )
-
-        trainer.optimizer.register_step_pre_hook(record)
-        tok = trainer.tokenizer
-        groups = []
-        for task in ("two plus two?", "capital of france?"):
-            trajs = []
-            for answer, reward in (("four is the answer", 1.0), ("five", 0.0), ("it is four, I think", 0.5)):
-                ids = tok(answer, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-                t = art.Trajectory(messages=[{"role": "user", "content": task}], reward=reward)
-                t.turns.append(art.assistant_turn(answer, token_ids=ids, logprobs=[-1.0] * len(ids)))
-                trajs.append(t)
-            groups.append(art.TrajectoryGroup(trajs))
-        config = art.TrainConfig(learning_rate=1e-3, beta=0.05, pack_tokens=pack_tokens)
-        return trainer.train(groups, config).metrics, grads
-
-    per_row, per_row_grads = step(None, "rows")
-    packed, packed_grads = step(4096, "packed")
+    per_row, per_row_grads = step(None)
+    packed, packed_grads = step(4096)
     assert packed["rows"] == 1 and per_row["rows"] == 6
     for key in ("loss", "entropy", "kl", "grad_norm"):
-        assert per_row[key] == __import__("pytest").approx(packed[key], abs=1e-5), key
+        assert per_row[key] == pytest.approx(packed[key], abs=1e-5), key
     assert per_row_grads.keys() == packed_grads.keys() and per_row_grads
     for name, grad in packed_grads.items():
         assert torch.allclose(per_row_grads[name], grad, atol=1e-5), name
+
+
+def test_the_trainer_recomputes_shared_prompts_when_asked(make_trainer) -> None:  # noqa: ANN001
+    # ModelConfig(recompute_prompt=True): the same step bit for bit, each shared prompt forward twice
+    import art_core as art
+
+    config = art.TrainConfig(learning_rate=1e-3, beta=0.05)
+    (kept, kept_grads), (again, again_grads) = (_step(make_trainer(recompute_prompt=r), config) for r in (False, True))
+    assert kept["rows"] == again["rows"] == 6
+    assert again["work/decoder_calls"] == kept["work/decoder_calls"] + 2  # two prompts, one more forward each
+    for key in ("loss", "entropy", "kl", "grad_norm"):
+        assert kept[key] == again[key], key
+    assert kept_grads.keys() == again_grads.keys() and kept_grads
+    for name, grad in kept_grads.items():
+        assert torch.equal(again_grads[name], grad), name

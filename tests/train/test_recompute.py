@@ -74,18 +74,17 @@ def test_recompute_mlp_runs_the_plain_forward_without_grad(tiny_model_path: Path
 
 
 @pytest.mark.parametrize("recompute", [False, True])
-def test_the_trainer_recomputes_when_the_model_config_asks(tiny_model_path: Path, tmp_path: Path,
-                                                           recompute: bool) -> None:
-    import art_core as art
-    from art_train.trainer import Trainer
-
-    config = art.ModelConfig(recompute_mlp=recompute)
-    model = art.TrainableModel(name="r", project="t", base_model=str(tiny_model_path), config=config)
-    trainer = Trainer(model, art.RunDir("t", "r", root=tmp_path), device="cpu")
+def test_the_trainer_recomputes_when_the_model_config_asks(make_trainer, recompute: bool) -> None:  # noqa: ANN001
+    trainer = make_trainer(recompute_mlp=recompute)
     mlps = [m for m in trainer.policy.causal_lm.modules() if hasattr(m, "gate_proj") and hasattr(m, "act_fn")]
     # recompute_mlp: gate and up run again; otherwise only SiLU and the product do (the default)
     forward = recompute_module._forward if recompute else recompute_module._products_forward
     assert mlps and all(m.forward.__func__ is forward for m in mlps)
+    # still after the mode changes of a step (transformers re-kernelizes hub-kernel modules on train()/eval(),
+    # which would put a decorated MLP class's forward back: none is decorated today, this says if one becomes so)
+    with trainer.policy.training():
+        assert all(m.forward.__func__ is forward for m in mlps)
+    assert all(m.forward.__func__ is forward for m in mlps)
 
 
 def test_an_mlp_with_another_formula_is_left_as_it_is(tiny_model_path: Path, caplog: pytest.LogCaptureFixture) -> None:
