@@ -6,6 +6,7 @@ saves its adapter and optimizer. Nothing here knows about run directories or ste
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -27,6 +28,8 @@ from .work import DecoderCounter, work_metrics
 ROW_BATCH_TOKENS = 1024
 
 __all__ = ["Policy", "Progress"]
+
+logger = logging.getLogger(__name__)
 
 Progress = Callable[[dict[str, Any]], None]  # gets {"phase": ..., "done": i, "total": n}
 
@@ -82,6 +85,9 @@ class Policy:
 
         if self.root is None:
             self.root = shard_base(self.causal_lm, self.device)
+            if self.recompute_prompt:
+                logger.warning("recompute_prompt: off with the base sharded over ranks (their forwards must match); "
+                               "shared prompts keep their graphs")
 
     def max_len(self, config: TrainConfig | SFTConfig) -> int:
         return config.max_seq_len or self.max_seq_len

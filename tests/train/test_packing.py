@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -302,7 +304,8 @@ def test_the_trainer_recomputes_shared_prompts_when_asked(make_trainer) -> None:
     import art_core as art
 
     config = art.TrainConfig(learning_rate=1e-3, beta=0.05)
-    (kept, kept_grads), (again, again_grads) = (_step(make_trainer(recompute_prompt=r), config) for r in (False, True))
+    trainers = [make_trainer(recompute_prompt=r) for r in (False, True)]
+    (kept, kept_grads), (again, again_grads) = (_step(trainer, config) for trainer in trainers)
     assert kept["rows"] == again["rows"] == 6
     assert again["work/decoder_calls"] == kept["work/decoder_calls"] + 2  # two prompts, one more forward each
     for key in ("loss", "entropy", "kl", "grad_norm"):
@@ -310,3 +313,8 @@ def test_the_trainer_recomputes_shared_prompts_when_asked(make_trainer) -> None:
     assert kept_grads.keys() == again_grads.keys() and kept_grads
     for name, grad in kept_grads.items():
         assert torch.equal(again_grads[name], grad), name
+    # with the base sharded over ranks (FSDP), whose forwards must match, a prompt keeps its graph
+    policy = trainers[1].policy
+    ids = torch.tensor(trainers[1].tokenizer("a shared prompt")["input_ids"])
+    assert policy.shared_prefix(ids)._rng is not None
+    assert dataclasses.replace(policy, root=object()).shared_prefix(ids)._rng is None
