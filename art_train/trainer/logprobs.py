@@ -109,7 +109,7 @@ class SharedPrefix:
         self.length = int(input_ids.shape[0])
         self._decoder = causal_lm.get_decoder()
         self._ids = input_ids[None].to(causal_lm.get_output_embeddings().weight.device)
-        self._rng = _rng_state(self._ids.device) if recompute else None
+        self._rng = _rng_state(self._ids.device) if recompute else None  # set: the graph is not kept
         if recompute:
             with torch.no_grad():
                 kv = self._forward()
@@ -140,19 +140,21 @@ class SharedPrefix:
 
     def backward(self) -> None:
         """Backpropagate the gradients the suffixes left on the prefix's keys and values."""
-        leaves, self._leaves = self._leaves, []
-        if self._rng is not None and any(t.grad is not None for pair in leaves for t in pair):
+        kv, leaves = self._kv, self._leaves
+        self._kv, self._leaves = [], []
+        if not any(t.grad is not None for pair in leaves for t in pair):
+            return
+        if self._rng is not None:  # no graph kept: the forward again, drawing what the first drew
             with torch.random.fork_rng(devices=[self._ids.device] if self._ids.device.type == "cuda" else []):
                 _set_rng_state(self._rng, self._ids.device)
                 with torch.enable_grad():
-                    self._kv = self._forward()
+                    kv = self._forward()
         outputs, grads = [], []
-        for (k, v), (lk, lv) in zip(self._kv, leaves, strict=False):  # no graph kept and no gradient: nothing
+        for (k, v), (lk, lv) in zip(kv, leaves, strict=True):
             for t, leaf in ((k, lk), (v, lv)):
                 if t.requires_grad and leaf.grad is not None:
                     outputs.append(t)
                     grads.append(leaf.grad)
-        self._kv = []
         if outputs:
             torch.autograd.backward(outputs, grads)
 
