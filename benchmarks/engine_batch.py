@@ -61,7 +61,7 @@ async def main():
     engine = TransformersEngine(base_model, dtype=None if dtype == "default" else dtype)
     await engine.start()
     threading.Thread(target=watch, daemon=True).start()
-    out = {"engine_dtype": engine.dtype}
+    out = {"engine_dtype": str(next(engine.model.parameters()).dtype).removeprefix("torch.")}  # not "auto"
     await engine.chat(ChatRequest(messages=[{"role": "user", "content": "Hi"}], model="m",
                                   sampling=SamplingParams(max_tokens=4)))  # first-call costs, untimed
     for name, reqs in workloads(scale).items():

@@ -1,8 +1,8 @@
 """The embedded engine's decode against this machine's limit, in FLOP/s.
 
 In one process, on smollm2-135m:
-- the limit: the median FLOP/s of a 2048 x 2048 x 2048 matmul in the engine's dtype (bfloat16 where the
-  CPU has native bf16, else float32) and in float32, and the bandwidth of a plain sum over 512 MB;
+- the limit: the median FLOP/s of a 2048 x 2048 x 2048 matmul in float32, and in bfloat16 where the CPU
+  has native bf16 (the engine's dtype there; float32 elsewhere), and the bandwidth of a plain sum over 512 MB;
 - the engine: `TransformersEngine.chat` with N concurrent requests for each N in --concurrency (8 32 64),
   distinct short prompts, 64 new tokens each (ignore_eos, temperature 1, seeded), prefix cache off.
   The worker's decode steps are timed one by one (sampling included, prefill left out). A decode token
@@ -98,7 +98,9 @@ async def main():
         return {k: round(v / total, 3) for k, v in us.items()}
     await engine.chat(ChatRequest(messages=[{"role": "user", "content": "Hi"}], model="m",
                                   sampling=SamplingParams(max_tokens=4)))  # first-call costs, untimed
-    out = {"engine_dtype": engine.dtype, "linear_weights": weights, "by_concurrency": {}}
+    # the weights' own dtype: engine.dtype is "auto" where the engine keeps the checkpoint's (an AVX2-only CPU)
+    dtype_name = str(next(engine.model.parameters()).dtype).removeprefix("torch.")
+    out = {"engine_dtype": dtype_name, "linear_weights": weights, "by_concurrency": {}}
     for n in levels:
         rows = []
         for r in range(runs):
@@ -135,11 +137,15 @@ asyncio.run(main())
 
 
 def limits(size: int, stream_floats: int, runs: int) -> dict:
-    """The machine's matmul FLOP/s per dtype and a plain sum's bandwidth, medians of `runs`."""
+    """The machine's matmul FLOP/s per dtype and a plain sum's bandwidth, medians of `runs`. bfloat16 only
+    where the CPU has it natively: elsewhere it is emulated (~0.3 GFLOP/s, minutes at this size) and no
+    engine serves in it."""
     import torch
 
+    from art_train.models import cpu_has_native_bf16
+
     out = {"matmul_size": size, "matmul_gflops": {}}
-    for dtype in (torch.float32, torch.bfloat16):
+    for dtype in (torch.float32, torch.bfloat16) if cpu_has_native_bf16() else (torch.float32,):
         a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
         out["matmul_gflops"][str(dtype).removeprefix("torch.")] = round(2 * size**3 / median_s(lambda a=a, b=b: a @ b, runs) / 1e9, 1)
     big = torch.ones(stream_floats)

@@ -74,10 +74,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await engine.stop()
         trainer.close()
     medians = {arm: statistics.median(v) for arm, v in steps.items()}
+    engine_dtype = str(next(engine.model.parameters()).dtype).removeprefix("torch.")  # engine.dtype may be "auto"
     return {
         "benchmark": "one SFT step on a fresh thread beside an idle engine: its worker thread kept against ended",
         "command": " ".join(["python", "benchmarks/idle_pool.py", *sys.argv[1:]]),
-        "machine": machine(), "model": "tiny" if args.smoke else base_model, "engine_dtype": engine.dtype,
+        "machine": machine(), "model": "tiny" if args.smoke else base_model, "engine_dtype": engine_dtype,
         "rows": n, "runs": steps, "median_s": medians,
         "kept_over_ended": round(medians["kept"] / medians["ended"], 3),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
