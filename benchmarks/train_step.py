@@ -72,14 +72,20 @@ def make_groups(vocab_low: int = 100, vocab_high: int = 40000, seed: int = 0, sh
     return groups
 
 
-def run_ours(base_model: str, shape: str, autocast: str | None, recompute_mlp: bool = False,
-             run: Callable[[Callable[[], Any]], Any] = lambda f: f(), recompute_prompt: bool = False) -> dict:
+# ours's memory options, each a ModelConfig flag and a --flag of this script: what it does
+OPTIONS = {
+    "recompute_mlp": "the MLP's inner activations recomputed in backward",
+    "recompute_prompt": "a shared prompt's forward again in backward",
+}
+
+
+def run_ours(base_model: str, shape: str, autocast: str | None, options: dict[str, bool] | None = None,
+             run: Callable[[Callable[[], Any]], Any] = lambda f: f()) -> dict:
     import art_core as art
     from art_train.trainer import Trainer
 
     model = art.TrainableModel(name="bench", project="bench", base_model=base_model,
-                               config=art.ModelConfig(autocast=autocast, recompute_mlp=recompute_mlp,
-                                                      recompute_prompt=recompute_prompt))
+                               config=art.ModelConfig(autocast=autocast, **(options or {})))
     trainer = Trainer(model, art.RunDir("bench", "bench", root=tempfile.mkdtemp()), device="cpu")
     groups = make_groups(shape=shape)
     result = run(lambda: trainer.train(groups, art.TrainConfig(learning_rate=1e-5, max_seq_len=2048)))
@@ -193,7 +199,7 @@ def run_trl(micro_batch: int, base_model: str, shape: str, autocast: str | None,
 
 
 def child(arm: str, micro_batch: int, base_model: str, shape: str, autocast: str | None,
-          recompute_mlp: bool = False, count: bool = False, recompute_prompt: bool = False) -> None:
+          options: dict[str, bool], count: bool = False) -> None:
     from _flops import count_flops
 
     from art_train.allocator import malloc_library, preload_allocator
@@ -208,13 +214,12 @@ def child(arm: str, micro_batch: int, base_model: str, shape: str, autocast: str
         flops.update(counted)
         return result
 
-    out = (run_ours(base_model, shape, autocast, recompute_mlp, run, recompute_prompt) if arm == "ours"
+    out = (run_ours(base_model, shape, autocast, options, run) if arm == "ours"
            else run_trl(micro_batch, base_model, shape, autocast, run))
     if count:
         out["flops"] = flops
     out["autocast"] = autocast
-    out["recompute_mlp"] = recompute_mlp and arm == "ours"
-    out["recompute_prompt"] = recompute_prompt and arm == "ours"
+    out.update({name: on and arm == "ours" for name, on in options.items()})
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out["malloc"] = Path(malloc_library() or "unknown").name
     print("RESULT " + json.dumps(out), flush=True)
@@ -260,18 +265,17 @@ def main() -> None:
                     help="both arms' matmuls under torch.autocast to bfloat16 (weights and LoRA stay float32): "
                          "ours ModelConfig(autocast=...), TRL's its default bf16=True; only where the CPU has "
                          "native bfloat16 (AVX512-BF16, AMX)")
-    ap.add_argument("--recompute-mlp", action="store_true",
-                    help="ours with ModelConfig(recompute_mlp=True): the MLP's inner activations recomputed in backward")
-    ap.add_argument("--recompute-prompt", action="store_true",
-                    help="ours with ModelConfig(recompute_prompt=True): a shared prompt's forward again in backward")
+    for name, what in OPTIONS.items():
+        ap.add_argument("--" + name.replace("_", "-"), action="store_true", help=f"ours with ModelConfig({name}=True): {what}")
     ap.add_argument("--flops", action="store_true",
                     help="then one more, untimed run of ours counting its step's FLOPs, and the machine's matmul limit")
     ap.add_argument("--count-flops", action="store_true", help=argparse.SUPPRESS)  # a child's
     args = ap.parse_args()
     shape = "smoke" if args.smoke else "full"
+    options = {name: getattr(args, name) for name in OPTIONS}
+    chosen = [name for name, on in options.items() if on]
     if args.child:
-        child(args.child, args.trl_micro_batch, args.base_model, shape, args.autocast, args.recompute_mlp,
-              args.count_flops, args.recompute_prompt)
+        child(args.child, args.trl_micro_batch, args.base_model, shape, args.autocast, options, args.count_flops)
         return
     out_path = args.out or RESULTS
     arms = args.arms.split(",")
@@ -287,9 +291,8 @@ def main() -> None:
     def run_child(arm: str, *extra: str) -> dict:
         cmd = [sys.executable, __file__, "--child", arm, "--trl-micro-batch", str(args.trl_micro_batch),
                "--base-model", args.base_model] + (["--smoke"] if args.smoke else []) + (
-                  ["--autocast", args.autocast] if args.autocast else []) + (
-                  ["--recompute-mlp"] if args.recompute_mlp else []) + (
-                  ["--recompute-prompt"] if args.recompute_prompt else []) + list(extra)
+                  ["--autocast", args.autocast] if args.autocast else []) + [
+                  "--" + name.replace("_", "-") for name in chosen] + list(extra)
         env = dict(os.environ, ART_MALLOC=args.malloc)
         out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env).stdout
         r = json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
@@ -321,8 +324,7 @@ def main() -> None:
             "device": "cpu",
             "cpu_threads": os.cpu_count(),
             "ours": "TrainConfig(max_seq_len=2048), one sequence per row on CPU, no gradient checkpointing"
-                    + (", ModelConfig(recompute_mlp=True)" if args.recompute_mlp else "")
-                    + (", ModelConfig(recompute_prompt=True)" if args.recompute_prompt else ""),
+                    + "".join(f", ModelConfig({name}=True)" for name in chosen),
             "trl": f"padded micro-batches of {args.trl_micro_batch}, gradient checkpointing on",
             "tokens_per_s": "trained completion tokens / seconds of (tokenize +) forward and backward",
             "peak_rss": "ru_maxrss of a fresh child process per arm",
