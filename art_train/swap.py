@@ -456,7 +456,7 @@ def _compare(step: int, served: dict[int, list[list[float]]], trained: dict[int,
         e_alt, t_alt = _aligned(served[a], trained[a])
         d = discriminate(e_new, e_alt, t_new, t_alt)
         metrics |= {f"weight_sync/vs_{label}/s": d.s, f"weight_sync/vs_{label}/se": d.se,
-                    f"weight_sync/vs_{label}/moved": d.moved}
+                    f"weight_sync/vs_{label}/moved": d.moved, f"weight_sync/vs_{label}/ulp": d.ulp}
         told_apart.append(d.distinguishable)
         if d.stale:
             moves.append((abs(d.s), a))

@@ -18,6 +18,13 @@ Two things can tell, and the swap (`swap.Swap.load_and_verify`) uses both:
    the two cases are `SEPARATION` standard errors apart when se <= 1 / SEPARATION: then s < 0.5
    fails the step. When se is larger the checkpoints cannot be told apart on this probe and the
    metrics say so (``weight_sync/distinguishable = 0``) rather than claim a pass.
+
+   The fit also needs T_new - T_a to be a move, not rounding: logprobs are float32, and a step whose
+   move is a few float32 units in the last place (ulps) of the logprobs (two identical rows with opposite
+   advantages, whose gradients cancel) leaves on both sides nothing but rounding, which the engine's
+   and the trainer's forwards do differently. Such a fit looked decisive (s = 0.18 +- 0.08 on a move of
+   0.7 ulp, a float32 engine on an AVX2 CPU) and failed a correct load. So a move under `MIN_MOVE_ULPS`
+   ulps (RMS) is not distinguishable either.
 """
 
 from __future__ import annotations
@@ -27,9 +34,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SEPARATION", "Discrimination", "discriminate", "lora_fingerprint", "sync_tolerance"]
+__all__ = ["MIN_MOVE_ULPS", "SEPARATION", "Discrimination", "discriminate", "lora_fingerprint", "sync_tolerance"]
 
 SEPARATION = 6.0  # s = 0 and s = 1 must be this many standard errors apart to decide
+MIN_MOVE_ULPS = 16.0  # and the trainer's move this many float32 ulps of the logprobs (RMS), or it is rounding
 
 # max |engine - trainer| logprob on the fixed probe that a correct load may show, by the precision both
 # sides compute at (the trainer computes at the engine's dtype when they differ: `sync_reference_dtype`)
@@ -68,10 +76,11 @@ class Discrimination:
     se: float  # standard error of s
     tokens: int
     moved: float  # RMS of T_new - T_a over the probe: how far the step moved the policy there
+    ulp: float = 0.0  # RMS float32 ulp of the trainer's logprobs there: the size of their rounding
 
     @property
     def distinguishable(self) -> bool:
-        return self.se <= 1 / SEPARATION
+        return self.se <= 1 / SEPARATION and self.moved >= MIN_MOVE_ULPS * self.ulp
 
     @property
     def stale(self) -> bool:
@@ -84,8 +93,15 @@ def discriminate(e_new: list[float], e_alt: list[float], t_new: list[float], t_a
     e = [a - b for a, b in zip(e_new[:n], e_alt[:n], strict=True)]
     t = [a - b for a, b in zip(t_new[:n], t_alt[:n], strict=True)]
     tt = sum(x * x for x in t)
+    ulp = math.sqrt(sum(_ulp32(max(abs(a), abs(b))) ** 2 for a, b in zip(t_new[:n], t_alt[:n], strict=True))
+                    / max(n, 1))
     if n < 2 or tt <= 1e-12:  # the step did not move the policy on the probe at all
-        return Discrimination(s=math.nan, se=math.inf, tokens=n, moved=math.sqrt(tt / max(n, 1)))
+        return Discrimination(s=math.nan, se=math.inf, tokens=n, moved=math.sqrt(tt / max(n, 1)), ulp=ulp)
     s = sum(a * b for a, b in zip(e, t, strict=True)) / tt
     residual = sum((a - s * b) ** 2 for a, b in zip(e, t, strict=True)) / (n - 1)
-    return Discrimination(s=s, se=math.sqrt(residual / tt), tokens=n, moved=math.sqrt(tt / n))
+    return Discrimination(s=s, se=math.sqrt(residual / tt), tokens=n, moved=math.sqrt(tt / n), ulp=ulp)
+
+
+def _ulp32(x: float) -> float:
+    """The float32 ulp at |x| (a normal number): float64's ulp scaled by their 29 bits of difference."""
+    return math.ulp(abs(x)) * 2.0**29 if x else 0.0

@@ -212,3 +212,35 @@ def test_art_serve_takes_the_probe_size_and_rejects_a_negative_one(capsys: pytes
     with pytest.raises(SystemExit) as exc:
         main(["serve", "--sync-probe-tokens", "-1"])
     assert exc.value.code == 2 and "'-1' is not a whole number >= 0" in capsys.readouterr().err
+
+
+def test_a_move_of_a_few_ulps_is_rounding_not_a_verdict() -> None:
+    """Two identical rows with opposite advantages cancel: the step's move is float32 rounding, which the
+    engine's and the trainer's forwards round differently. The fit must not call that stale (it did: s =
+    0.18 +- 0.08 on a float32 engine, and a correct load failed); a real move still decides both ways."""
+    import random
+
+    from art_train.weight_sync import MIN_MOVE_ULPS, SEPARATION, discriminate
+
+    rng = random.Random(0)
+    ulp = 2.0**-20  # float32's ulp for logprobs in [-16, -8)
+    base = [-8.0 - 8 * rng.random() for _ in range(120)]
+
+    def rounded(values: list[float]) -> list[float]:
+        return [round(v / ulp) * ulp for v in values]
+
+    def noise() -> list[float]:
+        return [v + rng.choice((-1, 0, 0, 1)) * ulp for v in base]
+
+    # rounding only: each side's two checkpoints differ by independent ulps
+    d = discriminate(rounded(noise()), rounded(noise()), rounded(noise()), rounded(noise()))
+    assert d.se <= 1 / SEPARATION and d.s < 0.5  # the fit alone would call this stale
+    assert d.ulp == ulp and d.moved < MIN_MOVE_ULPS * d.ulp
+    assert not d.distinguishable and not d.stale
+    # a real move, 100 ulps: the engine that follows it passes, the one that stays at the old weights fails
+    move = [rng.gauss(0, 100 * ulp) for _ in base]
+    new = rounded([v + m for v, m in zip(base, move, strict=True)])
+    served = discriminate(new, rounded(base), new, rounded(base))
+    stale = discriminate(rounded(base), rounded(base), new, rounded(base))
+    assert served.distinguishable and abs(served.s - 1) < 1e-9 and not served.stale
+    assert stale.distinguishable and stale.stale
